@@ -1,0 +1,79 @@
+"""Single-process actor: one model, AdamW, constant LR with linear warmup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from agentrl.actor.batch import TokenBatch
+
+
+def response_logprobs(model, batch: TokenBatch, temperature: float = 1.0, entropy: bool = False):
+    """log p of the trained tokens, projecting only their hidden states through the lm_head.
+
+    Prompt positions never reach the output layer, so the (B, L, V) logits tensor is never built.
+    """
+    hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask
+                                 ).last_hidden_state  # (B, L, H)
+    hidden = hidden[:, :-1][batch.mask[:, 1:]]  # (N, H): position t-1 predicts token t
+    targets = batch.input_ids[:, 1:][batch.mask[:, 1:]]  # (N,)
+    logits = model.get_output_embeddings()(hidden).float() / temperature  # (N, V)
+    logz = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, targets[:, None]).squeeze(-1) - logz
+    ent = None
+    if entropy:
+        ent = logz - (torch.softmax(logits, -1) * logits).sum(-1)
+    return logp, ent
+
+
+class SingleActor:
+    def __init__(self, model, optim):
+        self.model = model
+        self.grad_clip = optim.grad_clip
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr, betas=tuple(optim.betas),
+                                           weight_decay=optim.weight_decay)
+        warmup = optim.warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0)
+
+    def token_logprobs(self, batch, temperature=1.0, entropy=False):
+        return response_logprobs(self.model, batch, temperature, entropy)
+
+    def optimizer_step(self, parts) -> dict[str, float]:
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        totals: dict[str, float] = {}
+        for batches, loss_fn in parts:
+            for batch in batches:
+                loss, metrics = loss_fn(batch)
+                loss.backward()
+                for key, value in metrics.items():
+                    totals[key] = totals.get(key, 0.0) + float(value)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        totals["lr"] = self.scheduler.get_last_lr()[0]
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+            self.scheduler.step()
+        totals["grad_norm"] = float(grad_norm)
+        return totals
+
+    def weights(self):
+        return self.model.named_parameters()
+
+    def save(self, path: Path) -> None:
+        self.model.save_pretrained(path / "model")
+        torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
+                   path / "optimizer.pt")
+
+    def load(self, path: Path) -> None:
+        state = load_file(path / "model" / "model.safetensors")
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
+        if unexpected or set(missing) - tied:
+            raise ValueError(f"checkpoint {path} does not match the model: missing {missing}, "
+                             f"unexpected {unexpected}")
+        saved = torch.load(path / "optimizer.pt", weights_only=True)
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])

@@ -1,0 +1,33 @@
+"""Advantage estimators, registered by name: trajectories of task groups -> one advantage per step.
+
+Each estimator is a function `(trajectories, config) -> Advantages`, one file each. The trainer
+calls it with the non-aborted trajectories; group membership comes from `Trajectory.group_id`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+ESTIMATORS: dict[str, Callable] = {}
+
+
+@dataclass
+class Advantages:
+    values: list[list[float]]
+    """values[i][t]: advantage of step t of trajectory i (same order as the input)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def register(name: str):
+    def wrap(fn):
+        ESTIMATORS[name] = fn
+        return fn
+    return wrap
+
+
+def compute_advantages(trajectories, config) -> Advantages:
+    return ESTIMATORS[config.type](trajectories, config)
+
+
+from agentrl.advantages import grpo  # noqa: E402,F401  (registers)

@@ -1,0 +1,34 @@
+"""GRPO for agents: every step sample of a rollout gets its episode's group-normalised reward.
+
+level="step" (verl-agent): mean/std over all step samples of the group, so long trajectories
+weigh more. level="trajectory": mean/std over the K episode rewards. The invalid-action penalty
+is subtracted from the step's score before normalising. std is the unbiased sample std; a group
+with a single sample (or zero spread without std division) gives advantage 0 there.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from agentrl.advantages import Advantages, register
+from agentrl.rollout.types import group_by_id
+
+
+@register("grpo")
+def grpo(trajectories, config) -> Advantages:
+    values: dict[int, list[float]] = {}
+    for group in group_by_id(trajectories).values():
+        scores = {id(t): [t.episode_reward - s.penalty for s in t.steps] for t in group}
+        if config.level == "step":
+            pool = [x for t in group for x in scores[id(t)]]
+        else:
+            pool = [t.episode_reward for t in group]
+        if len(pool) < 2:
+            for t in group:
+                values[id(t)] = [0.0] * t.length
+            continue
+        mean = statistics.fmean(pool)
+        scale = statistics.stdev(pool) + config.eps if config.normalize_std else 1.0
+        for t in group:
+            values[id(t)] = [(x - mean) / scale for x in scores[id(t)]]
+    return Advantages([values[id(t)] for t in trajectories])

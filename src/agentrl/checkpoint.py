@@ -1,0 +1,50 @@
+"""Atomic checkpoints: written to a temporary folder, then renamed into place.
+
+A crash while saving leaves the previous checkpoint intact; the last `keep_last` are kept.
+Layout: checkpoints/step_000010/{model/ (HF folder), optimizer.pt, trainer_state.json}.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+
+def checkpoint_dir(run_dir: Path) -> Path:
+    return run_dir / "checkpoints"
+
+
+def save_checkpoint(run_dir: Path, step: int, actor, tokenizer, state: dict, keep_last: int) -> Path:
+    root = checkpoint_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:06d}"
+    tmp = root / f".tmp-step_{step:06d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    actor.save(tmp)
+    tokenizer.save_pretrained(tmp / "model")
+    (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **state}, indent=2))
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    for old in list_checkpoints(run_dir)[:-keep_last]:
+        shutil.rmtree(old)
+    return final
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    root = checkpoint_dir(run_dir)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.name.startswith("step_") and
+                  (p / "trainer_state.json").is_file())
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def read_state(path: Path) -> dict:
+    return json.loads((path / "trainer_state.json").read_text())

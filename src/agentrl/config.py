@@ -1,0 +1,227 @@
+"""Run configuration: pydantic models loaded from YAML recipes.
+
+Every model forbids unknown keys and documents each field; variants (environment, advantage
+estimator, policy loss) are chosen by a `type` field. `load_config` turns any validation error
+into a `ConfigError` that names the offending field and the recipe file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agentrl.prompting import DEFAULT_TEMPLATE, TEMPLATE_FIELDS
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+# --- environments ----------------------------------------------------------------------------
+class HouseholdEnvConfig(Section):
+    type: Literal["household"] = "household"
+    difficulty: Literal["easy", "medium", "hard"] = "easy"
+    """Room size, closed containers and distractors; sets the default step limit."""
+    seen_layouts: int = Field(40, ge=1)
+    """Layouts of the train and L0 splits."""
+    unseen_layouts: int = Field(20, ge=1)
+    """Layouts of the L1 and L2 splits (never seen in training)."""
+    train_size: int = Field(5000, ge=1)
+    """Number of distinct training tasks."""
+    eval_size: int = Field(100, ge=1)
+    """Tasks in each of L0, L1, L2."""
+    max_steps: int | None = Field(None, ge=1)
+    """Step limit per episode; None takes the difficulty's default."""
+
+
+EnvConfig = Annotated[Union[HouseholdEnvConfig], Field(discriminator="type")]
+
+
+# --- model, prompt, sampling -------------------------------------------------------------------
+class ModelConfig(Section):
+    path: str = "runs/demo/model-init"
+    """A Hugging Face causal LM: a local folder or a hub id."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Parameter dtype of the actor (float32 on CPU)."""
+
+
+class TinyModelConfig(Section):
+    """`agentrl model init`: a random-init Qwen2-architecture model with a tokenizer trained on
+    the environment's text (head_dim 64, so vLLM can run it)."""
+
+    vocab_size: int = Field(1024, ge=300)
+    """Target BPE vocabulary size (special tokens included)."""
+    hidden_size: int = Field(128, ge=64, multiple_of=64)
+    layers: int = Field(4, ge=1)
+    intermediate_size: int = Field(512, ge=1)
+    kv_heads: int = Field(1, ge=1)
+    corpus_episodes: int = Field(300, ge=10)
+    """Expert episodes whose prompts and responses train the tokenizer."""
+
+
+class PromptConfig(Section):
+    template: str = DEFAULT_TEMPLATE
+    """Per-step prompt; placeholders {task} {step} {history} {observation} {actions}."""
+    history_length: int = Field(2, ge=0)
+    """How many past (observation, action) pairs the prompt shows."""
+    require_think: bool = True
+    """A response without a <think>...</think> block before the action is invalid."""
+    invalid_penalty: float = Field(0.1, ge=0)
+    """Subtracted from the reward of a step whose response had no parseable action."""
+
+    @field_validator("template")
+    @classmethod
+    def _known_fields(cls, template: str) -> str:
+        try:
+            template.format(**{f: "" for f in TEMPLATE_FIELDS})
+        except (KeyError, IndexError, ValueError) as err:
+            raise ValueError(f"template placeholders must be among {TEMPLATE_FIELDS}: {err!r}") from None
+        return template
+
+
+class SamplingConfig(Section):
+    temperature: float = Field(1.0, ge=0)
+    """0 means greedy."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_new_tokens: int = Field(48, ge=1)
+
+
+# --- algorithm -------------------------------------------------------------------------------
+class GRPOConfig(Section):
+    type: Literal["grpo"] = "grpo"
+    level: Literal["step", "trajectory"] = "step"
+    """step: mean/std over all step samples of the group (verl-agent); trajectory: over episodes."""
+    normalize_std: bool = True
+    """Divide by the group std (False gives Dr.GRPO-style mean-centring only)."""
+    eps: float = 1e-6
+
+
+AdvantageConfig = Annotated[Union[GRPOConfig], Field(discriminator="type")]
+
+
+class PPOClipConfig(Section):
+    type: Literal["ppo_clip"] = "ppo_clip"
+    clip_low: float = Field(0.2, ge=0)
+    clip_high: float = Field(0.2, ge=0)
+    """Upper clip range (0.28 for clip-higher)."""
+    dual_clip: float | None = Field(3.0, gt=1)
+    """Cap on the loss of negative-advantage tokens (None disables)."""
+
+
+PolicyLossConfig = Annotated[Union[PPOClipConfig], Field(discriminator="type")]
+
+
+class OptimConfig(Section):
+    lr: float = Field(1e-6, gt=0)
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = Field(1.0, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+
+
+class RLConfig(Section):
+    steps: int = Field(100, ge=0)
+    """Training steps (one rollout batch and one update each)."""
+    tasks_per_step: int = Field(16, ge=1)
+    group_size: int = Field(8, ge=1)
+    """Rollouts per task; all play the same task instance."""
+    mini_batch_size: int = Field(256, ge=1)
+    """Step samples per optimiser step."""
+    micro_batch_tokens: int = Field(16384, ge=1)
+    """Token budget of one forward/backward (does not change the update)."""
+    epochs: int = Field(1, ge=1)
+    kl_coef: float = Field(0.0, ge=0)
+    """Weight of the k3 KL to the frozen initial policy (0 loads no reference model)."""
+    entropy_coef: float = Field(0.0, ge=0)
+    advantage: AdvantageConfig = Field(default_factory=GRPOConfig)
+    loss: PolicyLossConfig = Field(default_factory=PPOClipConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    eval_every: int = Field(0, ge=0)
+    """Evaluate every N steps (0: only at the end)."""
+    save_every: int = Field(0, ge=0)
+    """Checkpoint every N steps (0: only at the end)."""
+    keep_last: int = Field(2, ge=1)
+    """Checkpoints kept on disk."""
+    workers: int = Field(0, ge=0)
+    """Environment worker processes (0: environments run in the trainer process)."""
+
+
+class SFTConfig(Section):
+    episodes: int = Field(400, ge=1)
+    """Expert episodes collected on the train split."""
+    data: str | None = None
+    """An existing JSONL chat dataset to train on instead of collecting expert episodes."""
+    epochs: int = Field(3, ge=1)
+    batch_size: int = Field(32, ge=1)
+    micro_batch_tokens: int = Field(16384, ge=1)
+    optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-5))
+
+
+class EvalConfig(Section):
+    splits: list[Literal["l0", "l1", "l2"]] = ["l0", "l1", "l2"]
+    episodes: int = Field(100, ge=1)
+    """Episodes per split (the first N tasks of the split)."""
+    sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(temperature=0.4))
+
+
+class Config(Section):
+    seed: int = 0
+    run_dir: str = "runs/demo"
+    """Everything the run writes goes here: config, logs, checkpoints, results."""
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    init: TinyModelConfig | None = None
+    """When set, the pipeline first creates a tiny model at model.path."""
+    env: EnvConfig = Field(default_factory=HouseholdEnvConfig)
+    prompt: PromptConfig = Field(default_factory=PromptConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    sft: SFTConfig | None = None
+    rl: RLConfig | None = None
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _location(loc: tuple) -> str:
+    # Drop the discriminator tags pydantic inserts ("env.household.difficulty" -> "env.difficulty").
+    return ".".join(str(p) for p in loc if p not in ("household", "grpo", "ppo_clip"))
+
+
+def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
+    """Load a YAML recipe, apply `key.sub=value` overrides, validate."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"recipe {path} does not exist")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a recipe is a YAML mapping, got {type(data).__name__}")
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"override {item!r} is not of the form key.sub=value")
+        node = data
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: {part} is not a section")
+        node[leaf] = yaml.safe_load(value)
+    return validate_config(data, source=str(path))
+
+
+def validate_config(data: dict, source: str = "config") -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        lines = [f"{source}: invalid configuration"]
+        for e in err.errors():
+            lines.append(f"  {_location(e['loc']) or '(top level)'}: {e['msg']}")
+        raise ConfigError("\n".join(lines)) from None
+
+
+def save_config(config: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

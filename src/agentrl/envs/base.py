@@ -1,0 +1,58 @@
+"""The environment protocol: what every text environment gives the rollout loop.
+
+An environment plays one task at a time. `reset(task_id)` starts the task and returns the first
+`Observation`; `step(action)` applies one action (or `None` for a response that held no parseable
+action: a no-op that still costs a step) and returns a `StepResult`.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass
+class Observation:
+    text: str
+    """The raw current observation, as the environment printed it (no history, no template)."""
+    task: str
+    """The goal, in words ("put a clean apple in diningtable.")."""
+    admissible_actions: list[str]
+    anchor: str
+    """Key for grouping identical states across rollouts of one task (GiGPO / GAGPO)."""
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class StepResult:
+    observation: Observation
+    reward: float
+    done: bool
+    success: bool
+    info: dict = field(default_factory=dict)
+
+
+@runtime_checkable
+class Environment(Protocol):
+    max_steps: int
+
+    def reset(self, task_id: str) -> Observation: ...
+
+    def step(self, action: str | None) -> StepResult: ...
+
+    def split_tasks(self, split: str) -> list[str]:
+        """The fixed, ordered task list of an evaluation split (or the train pool)."""
+        ...
+
+    def sample_tasks(self, split: str, n: int, rng: random.Random) -> list[str]: ...
+
+    def task_type(self, task_id: str) -> str: ...
+
+    def close(self) -> None: ...
+
+
+class ExpertEnvironment(Environment, Protocol):
+    def expert_action(self) -> tuple[str, str]:
+        """(thought, action): the expert's next move in the current episode (for SFT data)."""
+        ...

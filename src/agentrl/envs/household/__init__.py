@@ -1,0 +1,3 @@
+from agentrl.envs.household.env import HouseholdEnv
+
+__all__ = ["HouseholdEnv"]

@@ -1,0 +1,61 @@
+"""Evaluation on the L0 / L1 / L2 splits: success with a 95% Wilson interval, per task type."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from agentrl.rollout.collect import collect
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    if n == 0:
+        return 0.0, 0.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def summarize(trajectories) -> dict:
+    n = len(trajectories)
+    wins = sum(t.success for t in trajectories)
+    steps = [s for t in trajectories for s in t.steps]
+    by_type = defaultdict(list)
+    for t in trajectories:
+        by_type[t.task_type].append(t.success)
+    low, high = wilson_interval(wins, n)
+    return {
+        "episodes": n, "success": wins / max(n, 1), "ci95": [low, high],
+        "per_task_type": {k: sum(v) / len(v) for k, v in sorted(by_type.items())},
+        "invalid_rate": sum(not s.valid for s in steps) / max(len(steps), 1),
+        "repeated_rate": sum(t.repeated_actions for t in trajectories) / max(len(steps), 1),
+        "mean_length": len(steps) / max(n, 1),
+    }
+
+
+def evaluate(pool, sampler, tokenizer, eval_cfg, prompt, seed: int, out_dir: Path | None = None) -> dict:
+    """Play the first `episodes` tasks of each split once; sampling RNG forked and seeded, so the
+    result is reproducible and training's RNG stream is untouched."""
+    results = {}
+    for split in eval_cfg.splits:
+        tasks = pool.local.split_tasks(split)[:eval_cfg.episodes]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            trajectories = collect(pool, sampler, tokenizer, tasks, 1, prompt, eval_cfg.sampling)
+        results[split] = summarize(trajectories)
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            with (out_dir / f"trajectories_{split}.jsonl").open("w") as f:
+                for t in trajectories:
+                    f.write(json.dumps({"task_id": t.task_id, "task_type": t.task_type, "success": t.success,
+                                        "steps": [{"observation": s.observation, "response": s.response,
+                                                   "action": s.action, "reward": s.reward} for s in t.steps]})
+                            + "\n")
+    if out_dir is not None:
+        (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    return results

@@ -1,0 +1,46 @@
+"""Auxiliary losses: named loss components on extra samples, added to the RL loss in the same
+optimiser step (the GCD judge is one; SFT on a chat dataset, e.g. judgment data, is another).
+
+An `AuxLoss` turns the step's rollouts into its own training samples (`prepare`), and scores
+per-token log-probs of those samples (`token_loss`). The trainer normalises each component by
+its own token count and adds `weight * loss`.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Protocol
+
+import torch
+
+from agentrl.actor.batch import TrainSample
+
+
+class AuxLoss(Protocol):
+    name: str
+    weight: float
+
+    def prepare(self, trajectories, step: int) -> list[TrainSample]: ...
+
+    def token_loss(self, logp: torch.Tensor, samples_tokens: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Per-token loss (N,) from the current log-probs (N,) and the batch's token fields."""
+        ...
+
+
+class ChatSFTLoss:
+    """Negative log-likelihood on assistant tokens of a chat dataset, `batch_size` per step."""
+
+    def __init__(self, name: str, conversations: list[list[dict]], tokenizer, batch_size: int,
+                 weight: float, seed: int):
+        from agentrl.sft import encode_conversation
+
+        self.name, self.weight, self.batch_size = name, weight, batch_size
+        self.samples = [encode_conversation(tokenizer, c) for c in conversations]
+        self.seed = seed
+
+    def prepare(self, trajectories, step: int) -> list[TrainSample]:
+        rng = random.Random(f"{self.seed}:{self.name}:{step}")
+        return rng.sample(self.samples, min(self.batch_size, len(self.samples)))
+
+    def token_loss(self, logp, tokens):
+        return -logp

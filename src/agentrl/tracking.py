@@ -1,0 +1,33 @@
+"""Metrics: TensorBoard scalars plus a `metrics.jsonl` line per step, both resumable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from torch.utils.tensorboard import SummaryWriter
+
+
+class Tracker:
+    def __init__(self, log_dir: Path, resume_step: int = 0):
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.jsonl = log_dir / "metrics.jsonl"
+        if resume_step and self.jsonl.exists():
+            # Drop lines logged after the checkpoint we resume from: they will be logged again.
+            kept = [ln for ln in self.jsonl.read_text().splitlines() if json.loads(ln)["step"] <= resume_step]
+            self.jsonl.write_text("".join(ln + "\n" for ln in kept))
+        self.writer = SummaryWriter(str(log_dir / "tb"), purge_step=resume_step + 1 if resume_step else None)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            self.writer.add_scalar(key, value, step)
+        with self.jsonl.open("a") as f:
+            f.write(json.dumps({"step": step, **metrics}) + "\n")
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def read_metrics(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

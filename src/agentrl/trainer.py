@@ -1,0 +1,214 @@
+"""The RL loop: rollout -> rewards -> advantages -> PPO update, one environment step per sample.
+
+The trainer is algorithm-blind: the advantage estimator, the policy loss and any auxiliary losses
+come from registries chosen in the config. Each step draws its tasks, its mini-batch order and
+its sampling randomness from (seed, step), so a resumed run continues exactly like an
+uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from agentrl.actor.batch import TrainSample, micro_batches
+from agentrl.actor.single import SingleActor, response_logprobs
+from agentrl.advantages import compute_advantages
+from agentrl.checkpoint import latest_checkpoint, read_state, save_checkpoint
+from agentrl.envs.pool import EnvPool
+from agentrl.evaluate import evaluate
+from agentrl.losses.policy import POLICY_LOSSES, kl_k3
+from agentrl.models import load_model, load_tokenizer
+from agentrl.progress import progress
+from agentrl.rollout.collect import collect
+from agentrl.sampler.hf import HFSampler
+from agentrl.tracking import Tracker
+
+
+def step_seed(seed: int, step: int, purpose: str) -> int:
+    return random.Random(f"{seed}:{step}:{purpose}").getrandbits(63)
+
+
+def rollout_metrics(trajectories) -> dict[str, float]:
+    steps = [s for t in trajectories for s in t.steps]
+    n = max(len(trajectories), 1)
+    return {
+        "rollout/success": sum(t.success for t in trajectories) / n,
+        "rollout/episode_reward": sum(t.episode_reward for t in trajectories) / n,
+        "rollout/length": len(steps) / n,
+        "rollout/invalid_rate": sum(not s.valid for s in steps) / max(len(steps), 1),
+        "rollout/repeated_rate": sum(t.repeated_actions for t in trajectories) / max(len(steps), 1),
+        "rollout/response_tokens": statistics.fmean(len(s.response_ids) for s in steps) if steps else 0.0,
+        "rollout/aborted": float(sum(t.aborted for t in trajectories)),
+    }
+
+
+def advantage_metrics(values: list[float]) -> dict[str, float]:
+    if len(values) < 2:
+        return {}
+    q1, _, q3 = statistics.quantiles(values, n=4)
+    return {"adv/mean": statistics.fmean(values), "adv/std": statistics.stdev(values), "adv/iqr": q3 - q1,
+            "adv/frac_abs_gt1": sum(abs(v) > 1 for v in values) / len(values)}
+
+
+class RLTrainer:
+    def __init__(self, config, model_path: str, run_dir: Path, aux_losses=()):
+        self.config, self.rl, self.run_dir = config, config.rl, Path(run_dir)
+        self.tokenizer = load_tokenizer(model_path)
+        self.model = load_model(model_path, config.model.dtype)
+        self.actor = SingleActor(self.model, self.rl.optim)
+        self.sampler = HFSampler(self.model, self.tokenizer)
+        self.reference = None
+        if self.rl.kl_coef > 0:
+            self.reference = load_model(model_path, config.model.dtype).eval().requires_grad_(False)
+        self.pool = EnvPool(config.env, self.rl.workers)
+        self.aux_losses = list(aux_losses)
+        self.step = 0
+
+    def close(self) -> None:
+        self.pool.close()
+
+    # --- one training step -----------------------------------------------------------------------
+    def train_step(self) -> dict[str, float]:
+        rl, cfg = self.rl, self.config
+        step = self.step + 1
+        timing: dict[str, float] = {}
+        started = time.perf_counter()
+        tasks = self.pool.local.sample_tasks("train", rl.tasks_per_step, random.Random(step_seed(cfg.seed, step, "tasks")))
+        torch.manual_seed(step_seed(cfg.seed, step, "sampling"))
+        trajectories = collect(self.pool, self.sampler, self.tokenizer, tasks, rl.group_size, cfg.prompt,
+                               cfg.sampling, first_group_id=self.step * rl.tasks_per_step, timing=timing)
+        usable = [t for t in trajectories if not t.aborted]
+        advantages = compute_advantages(usable, rl.advantage)
+
+        samples = [TrainSample.from_turn(s.prompt_ids, s.response_ids, old_logprobs=s.logprobs,
+                                         advantages=[a] * len(s.response_ids))
+                   for t, values in zip(usable, advantages.values) for s, a in zip(t.steps, values)]
+        if self.reference is not None:
+            start = time.perf_counter()
+            self._add_reference_logprobs(samples)
+            timing["ref"] = time.perf_counter() - start
+        aux_samples = {aux.name: aux.prepare(usable, step) for aux in self.aux_losses}
+
+        start = time.perf_counter()
+        totals: dict[str, float] = {}
+        order = random.Random(step_seed(cfg.seed, step, "shuffle"))
+        for _ in range(rl.epochs):
+            order.shuffle(samples)
+            chunks = [samples[i:i + rl.mini_batch_size] for i in range(0, len(samples), rl.mini_batch_size)]
+            for k, chunk in enumerate(chunks):
+                parts = [(micro_batches(chunk, rl.micro_batch_tokens, self.tokenizer.pad_token_id),
+                          self._policy_loss(sum(s.n_targets for s in chunk)))]
+                for aux in self.aux_losses:
+                    share = aux_samples[aux.name][k::len(chunks)]
+                    if share:
+                        parts.append((micro_batches(share, rl.micro_batch_tokens, self.tokenizer.pad_token_id),
+                                      self._aux_loss(aux, sum(s.n_targets for s in share))))
+                for key, value in self.actor.optimizer_step(parts).items():
+                    totals[key] = totals.get(key, 0.0) + value
+        timing["update"] = time.perf_counter() - start
+        self.sampler.update_weights(self.actor.weights())
+        self.step = step
+
+        n_updates = rl.epochs * max(1, -(-len(samples) // rl.mini_batch_size))
+        n_tokens = rl.epochs * sum(s.n_targets for s in samples)
+        metrics = rollout_metrics(trajectories)
+        metrics.update(advantage_metrics([a for values in advantages.values for a in values]))
+        metrics.update({f"adv/{k}": v for k, v in advantages.metrics.items()})
+        for key, value in totals.items():
+            if key in ("lr", "grad_norm"):
+                metrics[f"actor/{key}"] = value / n_updates
+            elif key.startswith("aux/"):
+                metrics[key] = value / n_updates
+            else:
+                metrics[f"actor/{key}"] = value / max(n_tokens, 1)
+        metrics["tokens/processed"] = float(rl.epochs * sum(len(s.ids) for s in samples))
+        metrics["tokens/response"] = float(n_tokens / rl.epochs)
+        timing["step"] = time.perf_counter() - started
+        metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
+        return metrics
+
+    def _policy_loss(self, n_tokens: int):
+        rl, temperature = self.rl, self.config.sampling.temperature or 1.0
+        loss_impl = POLICY_LOSSES[rl.loss.type]
+
+        def loss_fn(batch):
+            logp, entropy = self.actor.token_logprobs(batch, temperature, entropy=True)
+            v = batch.values
+            pg, counts = loss_impl(logp, v["old_logprobs"], v["advantages"], rl.loss)
+            total = pg.sum()
+            metrics = {"pg_loss": pg.sum().detach(), "entropy": entropy.sum().detach(),
+                       **{k: c.detach() for k, c in counts.items()}}
+            if self.reference is not None:
+                kl = kl_k3(logp, v["ref_logprobs"])
+                total = total + rl.kl_coef * kl.sum()
+                metrics["kl"] = kl.sum().detach()
+            if rl.entropy_coef:
+                total = total - rl.entropy_coef * entropy.sum()
+            return total / n_tokens, metrics
+        return loss_fn
+
+    def _aux_loss(self, aux, n_tokens: int):
+        def loss_fn(batch):
+            logp, _ = self.actor.token_logprobs(batch)
+            loss = aux.token_loss(logp, batch.values).sum() / n_tokens
+            return aux.weight * loss, {f"aux/{aux.name}/loss": loss.detach()}
+        return loss_fn
+
+    @torch.no_grad()
+    def _add_reference_logprobs(self, samples: list[TrainSample]) -> None:
+        temperature = self.config.sampling.temperature or 1.0
+        by_id = {id(s): s for s in samples}
+        for batch_samples in _chunks_by_budget(samples, self.rl.micro_batch_tokens):
+            batch = micro_batches(batch_samples, 10**12, self.tokenizer.pad_token_id)[0]
+            logp, _ = response_logprobs(self.reference, batch, temperature)
+            offset = 0
+            for s in sorted(batch_samples, key=lambda x: len(x.ids), reverse=True):
+                by_id[id(s)].values["ref_logprobs"] = logp[offset:offset + s.n_targets].tolist()
+                offset += s.n_targets
+
+    # --- the loop ----------------------------------------------------------------------------------
+    def run(self, resume: bool = False) -> dict:
+        rl, cfg = self.rl, self.config
+        if resume:
+            ckpt = latest_checkpoint(self.run_dir)
+            if ckpt is not None:
+                self.actor.load(ckpt)
+                self.step = read_state(ckpt)["step"]
+        tracker = Tracker(self.run_dir / "logs", resume_step=self.step)
+        results = {}
+        try:
+            with progress() as bar:
+                task = bar.add_task("RL", total=rl.steps, completed=self.step)
+                while self.step < rl.steps:
+                    metrics = self.train_step()
+                    last = self.step == rl.steps
+                    if (rl.eval_every and self.step % rl.eval_every == 0) or last:
+                        results = evaluate(self.pool, self.sampler, self.tokenizer, cfg.eval, cfg.prompt, cfg.seed,
+                                           self.run_dir / "eval" / f"step_{self.step:06d}")
+                        for split, r in results.items():
+                            metrics[f"eval/{split}/success"] = r["success"]
+                    tracker.log(self.step, metrics)
+                    if (rl.save_every and self.step % rl.save_every == 0) or last:
+                        save_checkpoint(self.run_dir, self.step, self.actor, self.tokenizer, {}, rl.keep_last)
+                    bar.update(task, completed=self.step, description=(
+                        f"RL success {metrics['rollout/success']:.2f} len {metrics['rollout/length']:.1f}"))
+        finally:
+            tracker.close()
+        return results
+
+
+def _chunks_by_budget(samples: list[TrainSample], budget: int):
+    ordered = sorted(samples, key=lambda s: len(s.ids), reverse=True)
+    current: list[TrainSample] = []
+    for s in ordered:
+        if current and (len(current) + 1) * len(current[0].ids) > budget:
+            yield current
+            current = []
+        current.append(s)
+    if current:
+        yield current

@@ -1,0 +1,79 @@
+import torch
+
+from agentrl.actor.batch import TrainSample, collate, micro_batches
+from agentrl.actor.single import SingleActor, response_logprobs
+from agentrl.config import OptimConfig, PPOClipConfig, SamplingConfig
+from agentrl.losses.policy import ppo_clip
+from agentrl.models import load_model, load_tokenizer
+from agentrl.sampler.hf import HFSampler
+
+
+def test_sampler_logprobs_equal_actor_logprobs(tiny_model_dir):
+    tokenizer, model = load_tokenizer(tiny_model_dir), load_model(tiny_model_dir)
+    sampler = HFSampler(model, tokenizer)
+    prompts = [tokenizer("Task: put a apple in shelf.\nObservation: You arrive at desk 1.").input_ids,
+               tokenizer("Actions: go to desk 1, look").input_ids,
+               tokenizer("Observation: Nothing happens.").input_ids[:5]]
+    torch.manual_seed(0)
+    for temperature in (1.0, 0.7):
+        gens = sampler.generate(prompts, SamplingConfig(temperature=temperature, max_new_tokens=12))
+        samples = [TrainSample.from_turn(p, g.token_ids, old=g.logprobs) for p, g in zip(prompts, gens)]
+        batch = collate(samples, tokenizer.pad_token_id)
+        with torch.no_grad():
+            logp, _ = response_logprobs(model, batch, temperature)
+        assert logp.shape == batch.values["old"].shape
+        torch.testing.assert_close(logp, batch.values["old"], atol=2e-4, rtol=0)
+
+
+def test_response_logprobs_match_full_log_softmax(tiny_model_dir):
+    model = load_model(tiny_model_dir)
+    sample = TrainSample.from_turn([5, 6, 7, 8], [9, 10, 11])
+    batch = collate([sample, TrainSample.from_turn([3, 4], [12, 13, 14, 15])])
+    with torch.no_grad():
+        logp, entropy = response_logprobs(model, batch, 1.0, entropy=True)
+        full = torch.log_softmax(model(input_ids=batch.input_ids[:1, :7]).logits[0].float(), -1)
+    expected = full[3:6].gather(-1, torch.tensor([[9], [10], [11]])).squeeze(-1)
+    torch.testing.assert_close(logp[:3], expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(entropy[:3], -(full[3:6].exp() * full[3:6]).sum(-1), atol=1e-4, rtol=0)
+
+
+def _grads_after_step(model_dir, samples, budget):
+    torch.manual_seed(0)
+    model = load_model(model_dir)
+    actor = SingleActor(model, OptimConfig(lr=1e-3))
+    n_tokens = sum(s.n_targets for s in samples)
+
+    def loss_fn(batch):
+        logp, _ = actor.token_logprobs(batch)
+        loss, _ = ppo_clip(logp, batch.values["old"], batch.values["adv"], PPOClipConfig())
+        return loss.sum() / n_tokens, {}
+
+    actor.optimizer_step([(micro_batches(samples, budget), loss_fn)])
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def test_update_does_not_depend_on_micro_batch_split(tiny_model_dir):
+    g = torch.Generator().manual_seed(1)
+    samples = []
+    for i in range(7):
+        n_prompt, n_resp = 3 + i, 2 + (i * 3) % 5
+        ids = torch.randint(10, 300, (n_prompt + n_resp,), generator=g).tolist()
+        samples.append(TrainSample.from_turn(ids[:n_prompt], ids[n_prompt:],
+                                             old=(-torch.rand(n_resp, generator=g)).tolist(),
+                                             adv=[float(i % 3) - 1.0] * n_resp))
+    one = _grads_after_step(tiny_model_dir, samples, budget=10**6)
+    many = _grads_after_step(tiny_model_dir, samples, budget=16)
+    assert len(micro_batches(samples, 16)) > 3
+    for name in one:
+        torch.testing.assert_close(one[name], many[name], atol=1e-6, rtol=1e-5)
+
+
+def test_ppo_clip_by_hand():
+    logp = torch.log(torch.tensor([1.5, 0.5, 0.5, 4.0]))
+    old = torch.zeros(4)
+    adv = torch.tensor([1.0, 1.0, -1.0, -1.0])
+    loss, counts = ppo_clip(logp, old, adv, PPOClipConfig(dual_clip=3.0))
+    # ratio 1.5, A=+1: min(1.5, 1.2) -> -1.2 ; ratio 0.5, A=+1: -0.5 (unclipped wins the max)
+    # ratio 0.5, A=-1: max(0.5, 0.8) = 0.8 ; ratio 4, A=-1: max(4, 1.2) = 4 capped by dual clip at 3
+    torch.testing.assert_close(loss, torch.tensor([-1.2, -0.5, 0.8, 3.0]))
+    assert counts["pg_clipfrac"] == 2 and counts["pg_clipfrac_dual"] == 1

@@ -1,0 +1,55 @@
+import pytest
+
+from agentrl.config import ConfigError, load_config, save_config, validate_config
+
+
+def write(tmp_path, text):
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_unknown_key_names_the_field(tmp_path):
+    with pytest.raises(ConfigError, match=r"rl\.stpes: Extra inputs are not permitted"):
+        load_config(write(tmp_path, "rl:\n  stpes: 3\n"))
+
+
+def test_unknown_estimator_lists_valid_names(tmp_path):
+    with pytest.raises(ConfigError, match=r"rl\.advantage.*'grpo'"):
+        load_config(write(tmp_path, "rl:\n  advantage:\n    type: nope\n"))
+
+
+def test_wrong_type_and_range(tmp_path):
+    with pytest.raises(ConfigError, match=r"rl\.group_size: Input should be greater than or equal to 1"):
+        load_config(write(tmp_path, "rl:\n  group_size: 0\n"))
+    with pytest.raises(ConfigError, match=r"env\.difficulty"):
+        load_config(write(tmp_path, "env:\n  type: household\n  difficulty: impossible\n"))
+    with pytest.raises(ConfigError, match=r"env: .*'household'"):
+        load_config(write(tmp_path, "env:\n  type: webshop\n"))
+
+
+def test_bad_template_and_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match=r"prompt\.template.*placeholders"):
+        load_config(write(tmp_path, "prompt:\n  template: 'hi {nope}'\n"))
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="YAML mapping"):
+        load_config(write(tmp_path, "- a\n- b\n"))
+
+
+def test_overrides_and_round_trip(tmp_path):
+    config = load_config(write(tmp_path, "rl:\n  steps: 3\n"), ["rl.steps=5", "rl.optim.lr=0.001", "seed=7"])
+    assert config.rl.steps == 5 and config.rl.optim.lr == 0.001 and config.seed == 7
+    save_config(config, tmp_path / "resolved.yaml")
+    assert load_config(tmp_path / "resolved.yaml") == config
+    with pytest.raises(ConfigError, match="key.sub=value"):
+        load_config(write(tmp_path, "{}"), ["rl.steps"])
+
+
+def test_every_recipe_loads():
+    from pathlib import Path
+    recipes = sorted(Path(__file__).parents[1].joinpath("recipes").glob("*.yaml"))
+    assert recipes
+    for recipe in recipes:
+        load_config(recipe)
+    assert validate_config({}).rl is None

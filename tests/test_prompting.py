@@ -1,0 +1,51 @@
+import random
+import re
+import string
+
+from agentrl.envs.household import HouseholdEnv
+from agentrl.prompting import format_response, parse_action, render_prompt, HistoryEntry
+from agentrl.config import PromptConfig
+
+
+def test_parses_first_action_lowercased_and_folded():
+    text = "<think>hmm</think><action>  Go  To\nCabinet 1 </action><action>look</action>"
+    assert parse_action(text) == "go to cabinet 1"
+
+
+def test_invalid_forms():
+    assert parse_action("<think>x</think>go to desk 1") is None
+    assert parse_action("<think>x</think><action>go to desk 1") is None
+    assert parse_action("<think>x</think><action>   </action>") is None
+    assert parse_action("<action>look</action>") is None  # no think block
+    assert parse_action("<action>look</action>", require_think=False) == "look"
+    assert parse_action("<action>look</action><think>late</think>") is None
+
+
+def test_parser_survives_random_and_hostile_strings():
+    rng = random.Random(0)
+    pieces = ["<action>", "</action>", "<think>", "</think>", "<ACTION>", "</Action>", "<", ">", "/",
+              "go to desk 1", "\x00", "\n", "é", "🙂", "<action><action>", "</think></think>"]
+    alphabet = string.printable + "αβ漢字\u200b"
+    for i in range(5000):
+        parts = [rng.choice(pieces) if rng.random() < 0.6 else
+                 "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))) for _ in range(rng.randint(0, 12))]
+        text = "".join(parts)
+        action = parse_action(text)
+        # Oracle: the same rule written with regular expressions.
+        lower = text.lower()
+        match = re.search(r"<action>(.*?)</action>", lower, re.S)
+        expected = None
+        if match and re.search(r"<think>.*?</think>", lower[:match.start()], re.S):
+            expected = " ".join(match.group(1).split()) or None
+        assert action == expected, text
+    # A huge runaway generation is parsed in linear time.
+    assert parse_action("<think>" + "<action>" * 200_000) is None
+
+
+def test_expert_responses_round_trip():
+    env = HouseholdEnv()
+    obs = env.reset("train-0")
+    thought, action = env.expert_action()
+    assert parse_action(format_response(thought, action)) == action
+    text = render_prompt(PromptConfig().template, obs, [HistoryEntry("a", "b")], 1, 2)
+    assert obs.task in text and "go to" in text and "Observation: a" in text
