@@ -2,8 +2,8 @@ import torch
 
 from agentrl.actor.batch import TrainSample, collate, micro_batches
 from agentrl.actor.single import SingleActor, response_logprobs
-from agentrl.config import OptimConfig, PPOClipConfig, SamplingConfig
-from agentrl.losses.policy import ppo_clip
+from agentrl.config import OptimConfig, PPOClipConfig, SamplingConfig, SeqRatioConfig
+from agentrl.losses.policy import ppo_clip, seq_ratio
 from agentrl.models import load_model, load_tokenizer
 from agentrl.sampler.hf import HFSampler
 
@@ -45,7 +45,7 @@ def _grads_after_step(model_dir, samples, budget):
 
     def loss_fn(batch):
         logp, _ = actor.token_logprobs(batch)
-        loss, _ = ppo_clip(logp, batch.values["old"], batch.values["adv"], PPOClipConfig())
+        loss, _ = ppo_clip(logp, batch.values["old"], batch.values["adv"], batch.sample_index, PPOClipConfig())
         return loss.sum() / n_tokens, {}
 
     actor.optimizer_step([(micro_batches(samples, budget), loss_fn)])
@@ -72,8 +72,33 @@ def test_ppo_clip_by_hand():
     logp = torch.log(torch.tensor([1.5, 0.5, 0.5, 4.0]))
     old = torch.zeros(4)
     adv = torch.tensor([1.0, 1.0, -1.0, -1.0])
-    loss, counts = ppo_clip(logp, old, adv, PPOClipConfig(dual_clip=3.0))
+    loss, counts = ppo_clip(logp, old, adv, torch.arange(4), PPOClipConfig(dual_clip=3.0))
     # ratio 1.5, A=+1: min(1.5, 1.2) -> -1.2 ; ratio 0.5, A=+1: -0.5 (unclipped wins the max)
     # ratio 0.5, A=-1: max(0.5, 0.8) = 0.8 ; ratio 4, A=-1: max(4, 1.2) = 4 capped by dual clip at 3
     torch.testing.assert_close(loss, torch.tensor([-1.2, -0.5, 0.8, 3.0]))
     assert counts["pg_clipfrac"] == 2 and counts["pg_clipfrac_dual"] == 1
+
+
+def test_seq_ratio_loss_and_gradient_match_a_direct_expression():
+    g = torch.Generator().manual_seed(0)
+    segments = torch.tensor([0, 0, 0, 1, 2, 2, 3, 3, 3, 3])
+    adv_per_action = torch.tensor([1.5, -2.0, 0.3, -0.7])
+    logp = (-torch.rand(10, generator=g) * 2).requires_grad_()
+    old = -torch.rand(10, generator=g) * 2
+    config = SeqRatioConfig(clip_low=0.2, clip_high=0.28, dual_clip=3.0)
+    loss, _ = seq_ratio(logp, old, adv_per_action[segments], segments, config)
+    loss.sum().backward()
+
+    logp2 = logp.detach().clone().requires_grad_()
+    total = 0
+    for action in range(4):
+        idx = (segments == action).nonzero().squeeze(-1)
+        s = torch.exp((logp2[idx] - old[idx]).mean())
+        a = adv_per_action[action]
+        obj = torch.maximum(-a * s, -a * torch.clamp(s, 0.8, 1.28))
+        if a < 0:
+            obj = torch.minimum(obj, -a * 3.0)
+        total = total + obj * len(idx)  # every token of the action carries the action's loss
+    total.backward()
+    torch.testing.assert_close(loss.sum(), total.detach())
+    torch.testing.assert_close(logp.grad, logp2.grad)

@@ -99,11 +99,35 @@ class GRPOConfig(Section):
     eps: float = 1e-6
 
 
-AdvantageConfig = Annotated[Union[GRPOConfig], Field(discriminator="type")]
+class RLOOConfig(Section):
+    type: Literal["rloo"] = "rloo"
 
 
-class PPOClipConfig(Section):
-    type: Literal["ppo_clip"] = "ppo_clip"
+class GiGPOConfig(Section):
+    type: Literal["gigpo"] = "gigpo"
+    gamma: float = Field(0.95, ge=0, le=1)
+    """Discount of the step returns."""
+    step_weight: float = 1.0
+    """w in A = A_episode + w * A_step."""
+    step_std: bool = True
+    """Anchor-group normalisation: mean-std (True) or mean-only (False)."""
+    episode_std: bool = True
+    eps: float = 1e-6
+
+
+class GAGPOConfig(Section):
+    type: Literal["gagpo"] = "gagpo"
+    gamma: float = Field(0.95, ge=0, le=1)
+    lam: float = Field(0.8, ge=0, le=1)
+    """GAE lambda (the paper's best: 0.8)."""
+    normalize_std: bool = True
+    eps: float = 1e-6
+
+
+AdvantageConfig = Annotated[Union[GRPOConfig, RLOOConfig, GiGPOConfig, GAGPOConfig], Field(discriminator="type")]
+
+
+class _ClipConfig(Section):
     clip_low: float = Field(0.2, ge=0)
     clip_high: float = Field(0.2, ge=0)
     """Upper clip range (0.28 for clip-higher)."""
@@ -111,7 +135,19 @@ class PPOClipConfig(Section):
     """Cap on the loss of negative-advantage tokens (None disables)."""
 
 
-PolicyLossConfig = Annotated[Union[PPOClipConfig], Field(discriminator="type")]
+class PPOClipConfig(_ClipConfig):
+    """Token-level PPO-clip."""
+
+    type: Literal["ppo_clip"] = "ppo_clip"
+
+
+class SeqRatioConfig(_ClipConfig):
+    """GAGPO / GSPO: one clipped ratio per action (mean token log-ratio, exponentiated)."""
+
+    type: Literal["seq_ratio"] = "seq_ratio"
+
+
+PolicyLossConfig = Annotated[Union[PPOClipConfig, SeqRatioConfig], Field(discriminator="type")]
 
 
 class OptimConfig(Section):
@@ -156,6 +192,9 @@ class SFTConfig(Section):
     """An existing JSONL chat dataset to train on instead of collecting expert episodes."""
     epochs: int = Field(3, ge=1)
     batch_size: int = Field(32, ge=1)
+    prompt_loss_weight: float = Field(0.0, ge=0)
+    """Loss weight of prompt tokens relative to response tokens (0: assistant tokens only). A
+    random-init model learns to read and copy the environment's text much faster with > 0."""
     micro_batch_tokens: int = Field(16384, ge=1)
     optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-5))
 
@@ -182,13 +221,17 @@ class Config(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
 
 
+TAGS = {"household", "grpo", "rloo", "gigpo", "gagpo", "ppo_clip", "seq_ratio"}
+"""Discriminator values pydantic puts in error locations; dropped from the field path."""
+
+
 class ConfigError(ValueError):
     pass
 
 
 def _location(loc: tuple) -> str:
     # Drop the discriminator tags pydantic inserts ("env.household.difficulty" -> "env.difficulty").
-    return ".".join(str(p) for p in loc if p not in ("household", "grpo", "ppo_clip"))
+    return ".".join(str(p) for p in loc if p not in TAGS)
 
 
 def load_config(path: str | Path, overrides: list[str] = ()) -> Config:

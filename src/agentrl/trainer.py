@@ -139,7 +139,7 @@ class RLTrainer:
         def loss_fn(batch):
             logp, entropy = self.actor.token_logprobs(batch, temperature, entropy=True)
             v = batch.values
-            pg, counts = loss_impl(logp, v["old_logprobs"], v["advantages"], rl.loss)
+            pg, counts = loss_impl(logp, v["old_logprobs"], v["advantages"], batch.sample_index, rl.loss)
             total = pg.sum()
             metrics = {"pg_loss": pg.sum().detach(), "entropy": entropy.sum().detach(),
                        **{k: c.detach() for k, c in counts.items()}}

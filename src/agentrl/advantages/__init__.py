@@ -30,4 +30,4 @@ def compute_advantages(trajectories, config) -> Advantages:
     return ESTIMATORS[config.type](trajectories, config)
 
 
-from agentrl.advantages import grpo  # noqa: E402,F401  (registers)
+from agentrl.advantages import gagpo, gigpo, grpo, rloo  # noqa: E402,F401  (they register)

@@ -43,4 +43,4 @@ class ChatSFTLoss:
         return rng.sample(self.samples, min(self.batch_size, len(self.samples)))
 
     def token_loss(self, logp, tokens):
-        return -logp
+        return -tokens["weight"] * logp

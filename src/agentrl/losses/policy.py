@@ -20,11 +20,7 @@ def register(name: str):
     return wrap
 
 
-@register("ppo_clip")
-def ppo_clip(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, config
-             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Token-level PPO-clip with optional dual clip. All inputs (N,) over response tokens."""
-    ratio = torch.exp(logp - old_logp)
+def _clipped_objective(ratio, advantages, config):
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1 - config.clip_low, 1 + config.clip_high)
     loss = torch.maximum(unclipped, clipped)
@@ -35,6 +31,27 @@ def ppo_clip(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tenso
         loss = torch.where(dual, cap, loss)
         counts["pg_clipfrac_dual"] = dual.float().sum()
     return loss, counts
+
+
+@register("ppo_clip")
+def ppo_clip(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, segments: torch.Tensor,
+             config) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Token-level PPO-clip with optional dual clip. All inputs (N,) over response tokens."""
+    return _clipped_objective(torch.exp(logp - old_logp), advantages, config)
+
+
+@register("seq_ratio")
+def seq_ratio(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, segments: torch.Tensor,
+              config) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Sequence-level ratio (GAGPO / GSPO): s = exp(mean over the action's tokens of the log-ratio),
+    clipped like PPO; every token of the action carries s and the action's advantage.
+    `segments` (N,) numbers the action of each token."""
+    n = int(segments.max()) + 1 if segments.numel() else 0
+    log_ratio = logp - old_logp
+    sums = torch.zeros(n, dtype=log_ratio.dtype).index_add(0, segments, log_ratio)
+    counts = torch.zeros(n, dtype=log_ratio.dtype).index_add(0, segments, torch.ones_like(log_ratio))
+    ratio = torch.exp(sums / counts)[segments]  # (N,), one value per action
+    return _clipped_objective(ratio, advantages, config)
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

@@ -102,7 +102,9 @@ class HouseholdEnv:
 
     def admissible_actions(self) -> list[str]:
         loc = self.location
-        actions = [f"go to {r}" for r in self.task.layout.receptacles if r != loc]
+        # Every receptacle, the current one included: the list then shows the room's order, so the
+        # expert's search (next receptacle after the current one) is a function of the prompt.
+        actions = [f"go to {r}" for r in self.task.layout.receptacles]
         if loc is not None:
             if loc in self.is_open:
                 actions.append(f"close {loc}" if self.is_open[loc] else f"open {loc}")

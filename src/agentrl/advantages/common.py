@@ -1,0 +1,32 @@
+"""Shared pieces of the step-level estimators: discounted returns and anchor-state groups."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+
+def discounted_returns(rewards: list[float], gamma: float) -> list[float]:
+    """R_t = r_t + gamma * R_{t+1}, R_T = 0."""
+    out, running = [0.0] * len(rewards), 0.0
+    for t in reversed(range(len(rewards))):
+        running = rewards[t] + gamma * running
+        out[t] = running
+    return out
+
+
+def anchor_groups(group, values: dict[int, list[float]]) -> dict[str, list[float]]:
+    """Values of every step of one task group, keyed by the step's anchor (identical state)."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for traj in group:
+        for step, value in zip(traj.steps, values[id(traj)]):
+            groups[step.anchor].append(value)
+    return groups
+
+
+def normalize(value: float, pool: list[float], use_std: bool, eps: float) -> float:
+    """(value - mean) [/ (std + eps)] over pool; 0 for a pool of one."""
+    if len(pool) < 2:
+        return 0.0
+    centred = value - statistics.fmean(pool)
+    return centred / (statistics.stdev(pool) + eps) if use_std else centred

@@ -1,0 +1,36 @@
+"""GiGPO (arXiv 2505.10978): episode-level GRPO plus step-level credit from anchor states.
+
+A_t = A_episode + w * A_step. A_episode normalises the episode reward over the K episodes of
+the task group. A_step normalises the step's discounted return R_t = r_t + gamma * R_{t+1}
+(invalid penalty subtracted after discounting) within its anchor group: all steps of the task
+group whose raw observation is identical. A singleton anchor group gives A_step = 0.
+"""
+
+from __future__ import annotations
+
+from agentrl.advantages import Advantages, register
+from agentrl.advantages.common import anchor_groups, discounted_returns, normalize
+from agentrl.rollout.types import group_by_id
+
+
+@register("gigpo")
+def gigpo(trajectories, config) -> Advantages:
+    values: dict[int, list[float]] = {}
+    sizes: list[int] = []
+    for group in group_by_id(trajectories).values():
+        episode_rewards = [t.episode_reward for t in group]
+        returns = {id(t): [r - s.penalty for r, s in zip(discounted_returns([s.reward for s in t.steps],
+                                                                             config.gamma), t.steps)]
+                   for t in group}
+        anchors = anchor_groups(group, returns)
+        sizes += [len(v) for v in anchors.values()]
+        for t in group:
+            episode = normalize(t.episode_reward, episode_rewards, config.episode_std, config.eps)
+            values[id(t)] = [
+                episode + config.step_weight * normalize(r, anchors[s.anchor], config.step_std, config.eps)
+                for s, r in zip(t.steps, returns[id(t)])]
+    metrics = {}
+    if sizes:
+        metrics = {"anchor_singleton_share": sum(n == 1 for n in sizes) / len(sizes),
+                   "anchor_mean_size": sum(sizes) / len(sizes)}
+    return Advantages([values[id(t)] for t in trajectories], metrics)

@@ -1,0 +1,56 @@
+"""Hand-computed values for the step-level estimators on crafted groups."""
+
+import pytest
+
+from agentrl.advantages import compute_advantages
+from agentrl.config import GAGPOConfig, GiGPOConfig, RLOOConfig
+from agentrl.rollout.types import StepSample, Trajectory
+
+
+def traj(group, anchors, rewards, invalid=()):
+    steps = [StepSample(prompt_ids=[1], response_ids=[2], logprobs=[0.0], response="",
+                        action=None if i in invalid else "look", observation=a, anchor=a, reward=r,
+                        penalty=0.1 if i in invalid else 0.0)
+             for i, (a, r) in enumerate(zip(anchors, rewards))]
+    return Trajectory(task_id=f"t{group}", group_id=group, task_type="x", steps=steps)
+
+
+def crafted():
+    # A succeeds through s0 -> s1; B fails through s0 -> s2 with an invalid last step.
+    return [traj(0, ["s0", "s1"], [0, 10]), traj(0, ["s0", "s2"], [0, 0], invalid={1})]
+
+
+def test_rloo_by_hand():
+    group = [traj(0, ["a"], [10]), traj(0, ["a", "b"], [0, 0], invalid={0}), traj(0, ["c"], [0])]
+    out = compute_advantages(group + [traj(1, ["z"], [10])], RLOOConfig())
+    assert out.values == [[10.0], [pytest.approx(-5.1), -5.0], [-5.0], [0.0]]
+
+
+def test_gigpo_by_hand():
+    # Episode: R = 10, 0 -> +-0.70711. Returns (gamma 0.5): A [5, 10], B [0, 0 - 0.1].
+    # Anchor s0 holds {5, 0} -> +-0.70711; s1 and s2 are singletons -> 0.
+    out = compute_advantages(crafted(), GiGPOConfig(gamma=0.5, eps=0.0))
+    assert out.values[0] == pytest.approx([1.41421, 0.70711], abs=1e-5)
+    assert out.values[1] == pytest.approx([-1.41421, -0.70711], abs=1e-5)
+    assert out.metrics == {"anchor_singleton_share": pytest.approx(2 / 3), "anchor_mean_size": pytest.approx(4 / 3)}
+    mean_only = compute_advantages(crafted(), GiGPOConfig(gamma=0.5, eps=0.0, step_std=False, step_weight=2.0))
+    assert mean_only.values[0] == pytest.approx([0.70711 + 5.0, 0.70711], abs=1e-5)
+
+
+def test_gagpo_by_hand():
+    # Returns (gamma 0.5): A [5, 10], B [0, 0]; V(s0) = 2.5, V(s1) = 10, V(s2) = 0, V(end) = 0.
+    # A: delta = [0 + 0.5*10 - 2.5, 10 - 10] = [2.5, 0] -> GAE (lambda 0.5) [2.5, 0]
+    # B: delta = [0 + 0.5*0 - 2.5, 0 - 0] = [-2.5, 0] -> [-2.5, 0], penalty -> [-2.5, -0.1]
+    # Centred over the group (mean -0.025): A [2.525, 0.025], B [-2.475, -0.075]
+    out = compute_advantages(crafted(), GAGPOConfig(gamma=0.5, lam=0.5, normalize_std=False))
+    assert out.values[0] == pytest.approx([2.525, 0.025])
+    assert out.values[1] == pytest.approx([-2.475, -0.075])
+
+
+def test_gagpo_gae_accumulates_over_steps():
+    # Two rollouts share state "x" (returns 8 and 0), so V(x) is their mean.
+    group = [traj(0, ["x", "y", "z"], [0, 0, 8]), traj(0, ["x"], [0])]
+    # gamma 1: returns A [8, 8, 8], B [0]; V(x) = 4, V(y) = 8, V(z) = 8.
+    # A: delta = [0 + 8 - 4, 0 + 8 - 8, 8 - 8] = [4, 0, 0]; lambda 1 -> A [4, 0, 0]. B: delta = [0 - 4] -> [-4]
+    out = compute_advantages(group, GAGPOConfig(gamma=1.0, lam=1.0, normalize_std=False))
+    assert out.values == [[pytest.approx(4.0), 0.0, 0.0], [pytest.approx(-4.0)]]

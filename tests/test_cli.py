@@ -1,0 +1,56 @@
+import json
+
+import yaml
+
+from agentrl.cli import main
+
+from conftest import COMPACT
+
+
+def recipe(tmp_path, **extra):
+    data = {
+        "seed": 1, "run_dir": str(tmp_path / "run"), "model": {"path": str(tmp_path / "run" / "init")},
+        "init": {"layers": 1, "intermediate_size": 128, "corpus_episodes": 20},
+        "env": {"type": "household", "max_steps": 4},
+        "prompt": {"template": COMPACT, "history_length": 1},
+        "sampling": {"max_new_tokens": 8},
+        "sft": {"episodes": 3, "epochs": 1, "batch_size": 8},
+        "rl": {"steps": 1, "tasks_per_step": 2, "group_size": 2},
+        "eval": {"episodes": 2},
+        **extra,
+    }
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_run_pipeline_end_to_end_and_rerun_skips_done_phases(tmp_path, capsys):
+    path = recipe(tmp_path)
+    assert main(["run", str(path)]) == 0
+    run = tmp_path / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    assert list(summary["phases"]) == ["initial", "sft", "rl"]
+    for phase in summary["phases"].values():
+        assert set(phase) == {"l0", "l1", "l2"}
+        assert all(0 <= r["success"] <= 1 and r["episodes"] == 2 for r in phase.values())
+    assert (run / "config.yaml").exists() and (run / "sft" / "model" / "config.json").exists()
+    assert (run / "rl" / "checkpoints").is_dir() and (run / "eval" / "sft" / "trajectories_l1.jsonl").exists()
+    assert "Success rate" in capsys.readouterr().out
+
+    stamp = (run / "sft" / "model" / "model.safetensors").stat().st_mtime
+    assert main(["run", str(path)]) == 0
+    assert (run / "sft" / "model" / "model.safetensors").stat().st_mtime == stamp
+
+
+def test_eval_command_and_bad_recipe(tmp_path, capsys, tiny_model_dir):
+    path = recipe(tmp_path, eval={"episodes": 3, "splits": ["l2"]})
+    assert main(["eval", str(path), "--checkpoint", str(tiny_model_dir), "--out", str(tmp_path / "ev")]) == 0
+    results = json.loads((tmp_path / "ev" / "results.json").read_text())
+    assert list(results) == ["l2"] and results["l2"]["episodes"] == 3
+    assert len((tmp_path / "ev" / "trajectories_l2.jsonl").read_text().splitlines()) == 3
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rl:\n  advantage:\n    type: gigpoo\n")
+    assert main(["train", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "rl.advantage" in err and "grpo" in err and "Traceback" not in err
