@@ -70,3 +70,21 @@ def test_closed_containers_hide_contents():
             assert env.contents[r][0] in text
             return
     pytest.fail("no closed container with contents found")
+
+
+def test_variety_limits_the_vocabulary_and_keeps_every_type_solvable():
+    env = HouseholdEnv(object_variety=1, surface_variety=6)
+    kinds, surfaces = set(), set()
+    for split in ["train", "l2"]:
+        for task_id in env.split_tasks(split)[:100]:
+            obs = env.reset(task_id)
+            kinds |= {o.rsplit(" ", 1)[0] for o, _ in env.task.placement}
+            surfaces |= {r.rsplit(" ", 1)[0] for r in env.task.layout.receptacles}
+            while True:
+                result = env.step(env.expert_action()[1])
+                if result.done:
+                    break
+            assert result.success
+    assert kinds <= {"apple", "mug", "knife", "book"}
+    assert surfaces <= {"countertop", "diningtable", "shelf", "sidetable", "coffeetable", "dresser",
+                        "desk", "sinkbasin", "microwave", "fridge"}

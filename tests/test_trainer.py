@@ -73,3 +73,19 @@ def test_training_changes_the_weights_and_logs_namespaced_metrics(tiny_model_dir
                 "timing_s/env", "timing_s/update", "adv/iqr"]:
         assert key in metrics, key
     assert metrics["rollout/length"] == 3.0  # untrained model: every episode runs to max_steps
+
+
+def test_aux_loss_joins_the_update(tiny_model_dir, tmp_path):
+    from agentrl.config import PromptConfig
+    from agentrl.data import collect_expert_data
+    from agentrl.envs.household import HouseholdEnv
+
+    collect_expert_data(HouseholdEnv(), PromptConfig(template=COMPACT, history_length=1), 2, tmp_path / "j.jsonl", 0)
+    config = small_config(tmp_path, 1, aux=[{"type": "chat_sft", "name": "judge", "data": str(tmp_path / "j.jsonl"),
+                                            "batch_size": 4, "weight": 0.5}])
+    trainer = RLTrainer(config, str(tiny_model_dir), tmp_path)
+    try:
+        metrics = trainer.train_step()
+    finally:
+        trainer.close()
+    assert metrics["aux/judge/loss"] > 0

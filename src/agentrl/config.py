@@ -35,6 +35,10 @@ class HouseholdEnvConfig(Section):
     """Tasks in each of L0, L1, L2."""
     max_steps: int | None = Field(None, ge=1)
     """Step limit per episode; None takes the difficulty's default."""
+    object_variety: int | None = Field(None, ge=1)
+    """Object kinds per category (food, dishes, utensils, items); None: all 31 kinds."""
+    surface_variety: int | None = Field(None, ge=6)
+    """Surface kinds rooms draw from (first N of 12); None: all."""
 
 
 EnvConfig = Annotated[Union[HouseholdEnvConfig], Field(discriminator="type")]
@@ -158,6 +162,22 @@ class OptimConfig(Section):
     warmup_steps: int = Field(0, ge=0)
 
 
+class ChatSFTAuxConfig(Section):
+    """Auxiliary NLL on a JSONL chat dataset (e.g. judgment data), added to every RL update."""
+
+    type: Literal["chat_sft"] = "chat_sft"
+    name: str = "sft"
+    """Metric namespace: aux/<name>/loss."""
+    data: str
+    """JSONL chat dataset (see `agentrl data`)."""
+    batch_size: int = Field(16, ge=1)
+    """Examples drawn per training step."""
+    weight: float = Field(0.1, ge=0)
+
+
+AuxConfig = Annotated[Union[ChatSFTAuxConfig], Field(discriminator="type")]
+
+
 class RLConfig(Section):
     steps: int = Field(100, ge=0)
     """Training steps (one rollout batch and one update each)."""
@@ -175,6 +195,8 @@ class RLConfig(Section):
     advantage: AdvantageConfig = Field(default_factory=GRPOConfig)
     loss: PolicyLossConfig = Field(default_factory=PPOClipConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
+    aux: list[AuxConfig] = []
+    """Auxiliary losses added to the policy loss in the same optimiser step."""
     eval_every: int = Field(0, ge=0)
     """Evaluate every N steps (0: only at the end)."""
     save_every: int = Field(0, ge=0)
@@ -221,7 +243,7 @@ class Config(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
 
 
-TAGS = {"household", "grpo", "rloo", "gigpo", "gagpo", "ppo_clip", "seq_ratio"}
+TAGS = {"household", "grpo", "rloo", "gigpo", "gagpo", "ppo_clip", "seq_ratio", "chat_sft"}
 """Discriminator values pydantic puts in error locations; dropped from the field path."""
 
 

@@ -21,6 +21,8 @@ from agentrl.advantages import compute_advantages
 from agentrl.checkpoint import latest_checkpoint, read_state, save_checkpoint
 from agentrl.envs.pool import EnvPool
 from agentrl.evaluate import evaluate
+from agentrl.data import read_chat_dataset
+from agentrl.losses.aux import ChatSFTLoss
 from agentrl.losses.policy import POLICY_LOSSES, kl_k3
 from agentrl.models import load_model, load_tokenizer
 from agentrl.progress import progress
@@ -56,7 +58,7 @@ def advantage_metrics(values: list[float]) -> dict[str, float]:
 
 
 class RLTrainer:
-    def __init__(self, config, model_path: str, run_dir: Path, aux_losses=()):
+    def __init__(self, config, model_path: str, run_dir: Path, aux_losses=None):
         self.config, self.rl, self.run_dir = config, config.rl, Path(run_dir)
         self.tokenizer = load_tokenizer(model_path)
         self.model = load_model(model_path, config.model.dtype)
@@ -66,7 +68,8 @@ class RLTrainer:
         if self.rl.kl_coef > 0:
             self.reference = load_model(model_path, config.model.dtype).eval().requires_grad_(False)
         self.pool = EnvPool(config.env, self.rl.workers)
-        self.aux_losses = list(aux_losses)
+        self.aux_losses = list(aux_losses) if aux_losses is not None else [
+            build_aux_loss(aux, self.tokenizer, config.seed) for aux in self.rl.aux]
         self.step = 0
 
     def close(self) -> None:
@@ -200,6 +203,13 @@ class RLTrainer:
         finally:
             tracker.close()
         return results
+
+
+def build_aux_loss(aux_config, tokenizer, seed: int):
+    if aux_config.type == "chat_sft":
+        return ChatSFTLoss(aux_config.name, read_chat_dataset(aux_config.data), tokenizer,
+                           aux_config.batch_size, aux_config.weight, seed)
+    raise ValueError(f"unknown auxiliary loss {aux_config.type!r}")
 
 
 def _chunks_by_budget(samples: list[TrainSample], budget: int):

@@ -27,18 +27,21 @@ def _listing(items: list[str]) -> str:
 
 class HouseholdEnv:
     def __init__(self, difficulty: str = "easy", seen_layouts: int = 40, unseen_layouts: int = 20,
-                 train_size: int = 5000, eval_size: int = 100, max_steps: int | None = None):
+                 train_size: int = 5000, eval_size: int = 100, max_steps: int | None = None,
+                 object_variety: int | None = None, surface_variety: int | None = None):
         if difficulty not in DIFFICULTIES:
             raise ValueError(f"unknown difficulty {difficulty!r}; choose from {list(DIFFICULTIES)}")
         self.difficulty = difficulty
         self.seen_layouts, self.unseen_layouts = seen_layouts, unseen_layouts
         self.train_size, self.eval_size = train_size, eval_size
+        self.object_variety, self.surface_variety = object_variety, surface_variety
         self.max_steps = max_steps or DIFFICULTIES[difficulty].max_steps
         self.task: Task | None = None
 
     # --- tasks -------------------------------------------------------------------------------
     def _task(self, task_id: str) -> Task:
-        return make_task(self.difficulty, self.seen_layouts, self.unseen_layouts, task_id)
+        return make_task(self.difficulty, self.seen_layouts, self.unseen_layouts, task_id,
+                         self.object_variety, self.surface_variety)
 
     def split_tasks(self, split: str) -> list[str]:
         if split not in SPLITS:

@@ -102,11 +102,21 @@ def receptacle_kind(name: str) -> str:
     return name.rsplit(" ", 1)[0]
 
 
+def allowed_kinds(variety: int | None) -> list[str]:
+    """The first `variety` object kinds of each category (None: all)."""
+    return [k for group in (FOOD, DISHES, UTENSILS, ITEMS) for k in group[:variety]]
+
+
+def object_kinds(task_type: str, variety: int | None) -> list[str]:
+    allowed = set(allowed_kinds(variety))
+    return [k for k in TASK_OBJECTS[task_type] if k in allowed]
+
+
 @lru_cache(maxsize=4096)
-def make_layout(difficulty: str, layout_id: int) -> Layout:
+def make_layout(difficulty: str, layout_id: int, surface_variety: int | None = None) -> Layout:
     spec = DIFFICULTIES[difficulty]
     rng = random.Random(f"layout:{difficulty}:{layout_id}")
-    surfaces = rng.sample(SURFACES, rng.randint(*spec.surfaces))
+    surfaces = rng.sample(SURFACES[:surface_variety], rng.randint(*spec.surfaces))
     containers = [rng.choice(CONTAINERS) for _ in range(rng.randint(*spec.containers))]
     names = [f"{kind} 1" for kind in surfaces]
     counts: dict[str, int] = {}
@@ -120,16 +130,17 @@ def make_layout(difficulty: str, layout_id: int) -> Layout:
 
 
 @lru_cache(maxsize=65536)
-def make_task(difficulty: str, seen_layouts: int, unseen_layouts: int, task_id: str) -> Task:
+def make_task(difficulty: str, seen_layouts: int, unseen_layouts: int, task_id: str,
+              object_variety: int | None = None, surface_variety: int | None = None) -> Task:
     split, index = parse_task_id(task_id)
     rng = random.Random(f"task:{difficulty}:{task_id}")
     if split in ("train", "l0"):
         layout_id = rng.randrange(seen_layouts)
     else:
         layout_id = seen_layouts + rng.randrange(unseen_layouts)
-    layout = make_layout(difficulty, layout_id)
+    layout = make_layout(difficulty, layout_id, surface_variety)
     task_type = rng.choice(HELD_OUT_TYPES if split == "l2" else IN_DOMAIN_TYPES)
-    kind = rng.choice(TASK_OBJECTS[task_type])
+    kind = rng.choice(object_kinds(task_type, object_variety))
     storage = layout.storage
 
     target_kind = None
@@ -142,7 +153,7 @@ def make_task(difficulty: str, seen_layouts: int, unseen_layouts: int, task_id: 
     for i in range(2 if task_type == "pick_two_obj_and_place" else 1):
         placement.append((f"{kind} {i + 1}", rng.choice(sources)))
     spec = DIFFICULTIES[difficulty]
-    others = [k for k in ALL_OBJECTS if k != kind]
+    others = [k for k in allowed_kinds(object_variety) if k != kind]
     for other in rng.sample(others, rng.randint(*spec.distractors)):
         placement.append((f"{other} 1", rng.choice(storage)))
     return Task(task_id=task_id, task_type=task_type, layout=layout, object_kind=kind,
