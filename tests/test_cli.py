@@ -11,7 +11,7 @@ def recipe(tmp_path, **extra):
     data = {
         "seed": 1, "run_dir": str(tmp_path / "run"), "model": {"path": str(tmp_path / "run" / "init")},
         "init": {"layers": 1, "intermediate_size": 128, "corpus_episodes": 20},
-        "env": {"type": "household", "max_steps": 4},
+        "env": {"type": "household", "max_steps": 10},
         "prompt": {"template": COMPACT, "history_length": 1},
         "sampling": {"max_new_tokens": 8},
         "sft": {"episodes": 3, "epochs": 1, "batch_size": 8},
