@@ -88,3 +88,18 @@ def test_variety_limits_the_vocabulary_and_keeps_every_type_solvable():
     assert kinds <= {"apple", "mug", "knife", "book"}
     assert surfaces <= {"countertop", "diningtable", "shelf", "sidetable", "coffeetable", "dresser",
                         "desk", "sinkbasin", "microwave", "fridge"}
+
+
+def test_random_play_never_breaks_the_progress_labels():
+    env = HouseholdEnv(difficulty="medium")
+    rng = random.Random(0)
+    labels = set()
+    for task in env.sample_tasks("train", 200, rng):
+        obs = env.reset(task)
+        for _ in range(env.max_steps):
+            result = env.step(rng.choice(obs.admissible_actions))
+            labels.add(result.info["progress"])
+            obs = result.observation
+            if result.done:
+                break
+    assert labels == {True, False, None}

@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--episodes", type=int, help="default: the recipe's sft.episodes")
     p.add_argument("--split", default="train")
+    p.add_argument("--judgments", type=int, default=None,
+                   help="judgment examples appended for the GCD cold start (default: the recipe's sft.judgments)")
 
     p = sub.add_parser("sft", help="supervised fine-tuning on a JSONL chat dataset")
     _recipe_args(p)
@@ -53,6 +55,33 @@ def build_parser() -> argparse.ArgumentParser:
     _recipe_args(p)
     p.add_argument("--checkpoint", required=True, help="HF folder (a checkpoint's model/ folder works)")
     p.add_argument("--out", required=True, help="folder for results.json and trajectories_*.jsonl")
+
+    analyze = sub.add_parser("analyze", help="the gradient-coupling lab").add_subparsers(dest="analyze_command",
+                                                                                    required=True)
+    p = analyze.add_parser("coupling", help="gradient similarity, one-step influence, representations")
+    p.add_argument("--model", required=True, help="HF folder (any checkpoint's model/ folder)")
+    p.add_argument("--trajectories", required=True, help="in-domain trajectories_<split>.jsonl from `agentrl eval`")
+    p.add_argument("--ood", help="out-of-domain trajectories file")
+    p.add_argument("--out", required=True)
+    p.add_argument("--samples", type=int, default=16, help="good and bad steps per set")
+    p.add_argument("--pairs", type=int, default=12, help="samples in the influence matrix (half good)")
+    p.add_argument("--lr", type=float, default=1e-4, help="SGD step size of the influence probe")
+    p.add_argument("--seed", type=int, default=0)
+    p = analyze.add_parser("repeats", help="repeat / loop rates and confidence on repeated actions")
+    p.add_argument("--model", required=True)
+    p.add_argument("--trajectories", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--resamples", type=int, default=10)
+    p.add_argument("--max-steps", type=int, default=50, help="steps of each kind re-sampled")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--no-think", action="store_true", help="responses need no <think> tag")
+    p.add_argument("--seed", type=int, default=0)
+
+    p = sub.add_parser("serve", help="serve a local model over the OpenAI chat-completions protocol")
+    p.add_argument("model", help="HF folder")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
     return parser
 
 
@@ -63,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
             from agentrl.models import import_smollm2
             print(import_smollm2(args.out))
             return 0
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "analyze":
+            return _analyze(args)
         config = load_config(args.recipe, args.set)
     except ConfigError as err:
         print(err, file=sys.stderr)
@@ -84,8 +117,13 @@ def _dispatch(args, config) -> int:
     elif args.command == "data":
         from agentrl.data import collect_expert_data
         episodes = args.episodes or (config.sft.episodes if config.sft else 100)
-        print(json.dumps(collect_expert_data(make_env(config.env), config.prompt, episodes, args.out,
-                                             config.seed, args.split)))
+        from agentrl.data import collect_judgment_data
+        env = make_env(config.env)
+        stats = collect_expert_data(env, config.prompt, episodes, args.out, config.seed, args.split)
+        judgments = args.judgments if args.judgments is not None else (config.sft.judgments if config.sft else 0)
+        if judgments:
+            stats.update(collect_judgment_data(env, config.prompt, judgments, args.out, config.seed))
+        print(json.dumps(stats))
     elif args.command == "sft":
         from agentrl.config import SFTConfig
         from agentrl.models import load_model, load_tokenizer
@@ -116,6 +154,52 @@ def _dispatch(args, config) -> int:
         from agentrl.pipeline import evaluate_checkpoint
         results = evaluate_checkpoint(config, args.checkpoint, Path(args.out))
         print(json.dumps(results, indent=2))
+    return 0
+
+
+def _analyze(args) -> int:
+    import torch
+    from agentrl.analysis.behaviour import action_confidence, load_trajectories, repetition_stats
+    from agentrl.models import load_model, load_tokenizer
+
+    try:
+        trajectories = load_trajectories(args.trajectories)
+        ood = load_trajectories(args.ood) if getattr(args, "ood", None) else []
+    except (OSError, ValueError) as err:
+        print(err, file=sys.stderr)
+        return 2
+    model, tokenizer = load_model(args.model, "float32").eval(), load_tokenizer(args.model)
+    torch.manual_seed(args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.analyze_command == "coupling":
+        from agentrl.analysis.coupling import coupling_report
+        report = coupling_report(model, tokenizer, trajectories, ood, args.samples, args.pairs, args.lr,
+                                 args.seed, out)
+        report.pop("influence_matrix", None)
+    else:
+        from agentrl.config import SamplingConfig
+        from agentrl.sampler.hf import HFSampler
+        sampling = SamplingConfig(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+        report = {**repetition_stats(trajectories), **action_confidence(
+            HFSampler(model, tokenizer), tokenizer, trajectories, sampling, args.resamples, args.max_steps,
+            not args.no_think)}
+        (out / "repeats.json").write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def _serve(args) -> int:
+    from agentrl.models import load_model, load_tokenizer
+    from agentrl.serve import make_server
+    server = make_server(load_model(args.model, "float32").eval(), load_tokenizer(args.model), args.host, args.port)
+    print(f"serving {args.model} at http://{args.host}:{server.server_port}/v1/chat/completions")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
     return 0
 
 

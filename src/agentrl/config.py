@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentrl.prompting import DEFAULT_TEMPLATE, TEMPLATE_FIELDS
 
@@ -175,7 +175,75 @@ class ChatSFTAuxConfig(Section):
     weight: float = Field(0.1, ge=0)
 
 
-AuxConfig = Annotated[Union[ChatSFTAuxConfig], Field(discriminator="type")]
+class JudgeEndpointConfig(Section):
+    """An external LLM judge behind an OpenAI-compatible chat-completions endpoint."""
+
+    base_url: str
+    """e.g. https://api.openai.com/v1 or http://127.0.0.1:8000/v1 (POST {base_url}/chat/completions)."""
+    model: str
+    api_key_env: str | None = "JUDGE_API_KEY"
+    """Name of the environment variable holding the API key (the key itself is never in a config)."""
+    asks: int = Field(5, ge=1)
+    """Answers requested per action (the request's `n`)."""
+    agree: int = Field(4, ge=1)
+    """Answers that must give the same verdict for the label to be kept."""
+    pairs_per_step: int = Field(30, ge=0)
+    """Unlabelled steps sent to the judge per training step."""
+    temperature: float = Field(1.0, ge=0)
+    max_tokens: int = Field(256, ge=1)
+    timeout_s: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _agreement_possible(self):
+        if self.agree > self.asks:
+            raise ValueError(f"agree ({self.agree}) cannot exceed asks ({self.asks})")
+        return self
+
+
+class CorrectionConfig(Section):
+    """Prompt-based correction: the judge's critiques of bad actions, summarised into a short
+    list of mistakes to avoid and prepended to the actor's training prompts (never at evaluation)."""
+
+    every: int = Field(10, ge=1)
+    """Refresh the list every N training steps."""
+    summarizer: Literal["actor", "endpoint"] = "actor"
+    """Who writes the summary: the actor itself, or the external judge endpoint."""
+    critiques: int = Field(20, ge=1)
+    """Most recent critiques given to the summariser."""
+    max_new_tokens: int = Field(96, ge=1)
+
+
+class GCDAuxConfig(Section):
+    """GCD: the actor judges its own actions; GRPO on the judgments (REFERENCE section 4)."""
+
+    type: Literal["gcd"] = "gcd"
+    name: str = "gcd"
+    weight: float = Field(1.0, ge=0)
+    labels: list[Literal["rules", "env", "llm"]] = ["rules", "env"]
+    """Label sources in priority order ("llm" needs `external`)."""
+    pairs_per_step: int = Field(30, ge=2)
+    """(state, action) pairs judged per training step: half good, half bad."""
+    group_size: int = Field(8, ge=2)
+    """Judgments sampled per pair (the GRPO group)."""
+    sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(temperature=1.0, max_new_tokens=48))
+    clip: PPOClipConfig = Field(default_factory=PPOClipConfig)
+    external: JudgeEndpointConfig | None = None
+    correction: CorrectionConfig | None = None
+    max_critiques: int = Field(200, ge=1)
+    """Critiques kept for prompt correction."""
+    eval_pairs: int = Field(60, ge=0)
+    """Labelled steps per split on which evaluation measures judge accuracy (0: off)."""
+
+    @model_validator(mode="after")
+    def _llm_needs_endpoint(self):
+        if "llm" in self.labels and self.external is None:
+            raise ValueError("label source 'llm' needs an `external` judge endpoint")
+        if self.correction and self.correction.summarizer == "endpoint" and self.external is None:
+            raise ValueError("correction.summarizer 'endpoint' needs an `external` judge endpoint")
+        return self
+
+
+AuxConfig = Annotated[Union[ChatSFTAuxConfig, GCDAuxConfig], Field(discriminator="type")]
 
 
 class RLConfig(Section):
@@ -212,6 +280,8 @@ class SFTConfig(Section):
     """Expert episodes collected on the train split."""
     data: str | None = None
     """An existing JSONL chat dataset to train on instead of collecting expert episodes."""
+    judgments: int = Field(0, ge=0)
+    """Judgment examples mixed into the collected data (GCD cold start; paper: ~100)."""
     epochs: int = Field(3, ge=1)
     batch_size: int = Field(32, ge=1)
     prompt_loss_weight: float = Field(0.0, ge=0)
@@ -243,7 +313,7 @@ class Config(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
 
 
-TAGS = {"household", "grpo", "rloo", "gigpo", "gagpo", "ppo_clip", "seq_ratio", "chat_sft"}
+TAGS = {"household", "grpo", "rloo", "gigpo", "gagpo", "ppo_clip", "seq_ratio", "chat_sft", "gcd"}
 """Discriminator values pydantic puts in error locations; dropped from the field path."""
 
 

@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 
 from agentrl.prompting import HistoryEntry, format_response, render_prompt
+from agentrl.rollout.types import StepSample, Trajectory
 
 
 def expert_episode(env, task_id: str, prompt) -> list[dict]:
@@ -60,3 +61,52 @@ def read_chat_dataset(path: str | Path) -> list[list[dict]]:
                              "[{'role': ..., 'content': ...}, ...]") from None
         conversations.append(messages)
     return conversations
+
+
+def _play(env, task_id: str, prompt, policy) -> Trajectory:
+    """One episode as a Trajectory of StepSamples (text only: no token ids)."""
+    obs = env.reset(task_id)
+    traj = Trajectory(task_id=task_id, group_id=0, task_type=env.task_type(task_id))
+    history: list[HistoryEntry] = []
+    for step in range(env.max_steps):
+        text = render_prompt(prompt.template, obs, history, step, prompt.history_length)
+        action = policy(obs)
+        result = env.step(action)
+        traj.steps.append(StepSample([], [], [], response=action, action=action, observation=obs.text,
+                                     anchor=obs.anchor, reward=result.reward, prompt=text,
+                                     progress=result.info.get("progress")))
+        history.append(HistoryEntry(obs.text, action))
+        obs = result.observation
+        if result.done:
+            traj.success = result.success
+            break
+    return traj
+
+
+def collect_judgment_data(env, prompt, examples: int, path: str | Path, seed: int, labels=("rules", "env")) -> dict:
+    """Append `examples` judgment examples (GCD cold start), half good and half bad: good ones
+    are expert moves, bad ones are steps of a random-action policy that the label sources call
+    bad. Each answer is the response a perfect judge would give."""
+    from agentrl.gcd.judge import judge_prompt, judgment_response
+    from agentrl.gcd.labels import label_steps
+
+    rng = random.Random(seed)
+    good, bad = [], []
+    for task_id in env.sample_tasks("train", 10 * examples, rng):
+        if len(good) >= examples // 2 and len(bad) >= examples - examples // 2:
+            break
+        if len(good) < examples // 2:
+            good += [(s, True, "it is the move that makes progress toward the task")
+                     for s in _play(env, task_id, prompt, lambda obs: env.expert_action()[1]).steps]
+        else:
+            traj = _play(env, task_id, prompt, lambda obs: rng.choice(obs.admissible_actions))
+            bad += [(x.step, False, x.reason) for x in label_steps([traj], list(labels)) if not x.label]
+    chosen = rng.sample(good, min(len(good), examples // 2)) + rng.sample(bad, min(len(bad), examples - examples // 2))
+    rng.shuffle(chosen)
+    with Path(path).open("a") as f:
+        for step, label, reason in chosen:
+            f.write(json.dumps({"task_id": "judgment", "messages": [
+                {"role": "user", "content": judge_prompt(step)},
+                {"role": "assistant", "content": judgment_response(label, reason)}]}) + "\n")
+    n_good = sum(label for _, label, _ in chosen)
+    return {"judgments": len(chosen), "good": n_good, "bad": len(chosen) - n_good}

@@ -38,23 +38,28 @@ def summarize(trajectories) -> dict:
     }
 
 
-def evaluate(pool, sampler, tokenizer, eval_cfg, prompt, seed: int, out_dir: Path | None = None) -> dict:
+def evaluate(pool, sampler, tokenizer, eval_cfg, prompt, seed: int, out_dir: Path | None = None,
+             judge=None) -> dict:
     """Play the first `episodes` tasks of each split once; sampling RNG forked and seeded, so the
-    result is reproducible and training's RNG stream is untouched."""
+    result is reproducible and training's RNG stream is untouched. `judge` (a GCD loss) adds its
+    judge accuracy on each split's own trajectories."""
     results = {}
     for split in eval_cfg.splits:
         tasks = pool.local.split_tasks(split)[:eval_cfg.episodes]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             trajectories = collect(pool, sampler, tokenizer, tasks, 1, prompt, eval_cfg.sampling)
-        results[split] = summarize(trajectories)
+            results[split] = summarize(trajectories)
+            if judge is not None:
+                results[split].update(judge.evaluate(trajectories, seed))
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
             with (out_dir / f"trajectories_{split}.jsonl").open("w") as f:
                 for t in trajectories:
                     f.write(json.dumps({"task_id": t.task_id, "task_type": t.task_type, "success": t.success,
                                         "steps": [{"observation": s.observation, "response": s.response,
-                                                   "action": s.action, "reward": s.reward} for s in t.steps]})
+                                                   "action": s.action, "reward": s.reward, "prompt": s.prompt,
+                                                   "progress": s.progress} for s in t.steps]})
                             + "\n")
     if out_dir is not None:
         (out_dir / "results.json").write_text(json.dumps(results, indent=2))

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentrl.config import Config, save_config
-from agentrl.data import collect_expert_data
+from agentrl.data import collect_expert_data, collect_judgment_data
 from agentrl.envs.pool import EnvPool
 from agentrl.evaluate import evaluate
 from agentrl.models import init_tiny_model, load_model, load_tokenizer
@@ -64,8 +64,10 @@ def run_pipeline(config: Config, resume: bool = True) -> dict:
             if data is None:
                 from agentrl.envs import make_env
                 data = sft_dir / "data.jsonl"
-                stats = collect_expert_data(make_env(config.env), config.prompt, config.sft.episodes, data,
-                                            config.seed)
+                env = make_env(config.env)
+                stats = collect_expert_data(env, config.prompt, config.sft.episodes, data, config.seed)
+                if config.sft.judgments:
+                    stats.update(collect_judgment_data(env, config.prompt, config.sft.judgments, data, config.seed))
                 console.print(f"[bold]expert data[/] {stats} -> {data}")
             tracker = Tracker(sft_dir / "logs")
             try:

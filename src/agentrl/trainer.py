@@ -22,7 +22,10 @@ from agentrl.checkpoint import latest_checkpoint, read_state, save_checkpoint
 from agentrl.envs.pool import EnvPool
 from agentrl.evaluate import evaluate
 from agentrl.data import read_chat_dataset
+from agentrl.gcd.correction import PromptCorrection
+from agentrl.gcd.judge import ChatEndpoint, ExternalJudge
 from agentrl.losses.aux import ChatSFTLoss
+from agentrl.losses.gcd import GCDLoss
 from agentrl.losses.policy import POLICY_LOSSES, kl_k3
 from agentrl.models import load_model, load_tokenizer
 from agentrl.progress import progress
@@ -69,7 +72,12 @@ class RLTrainer:
             self.reference = load_model(model_path, config.model.dtype).eval().requires_grad_(False)
         self.pool = EnvPool(config.env, self.rl.workers)
         self.aux_losses = list(aux_losses) if aux_losses is not None else [
-            build_aux_loss(aux, self.tokenizer, config.seed) for aux in self.rl.aux]
+            build_aux_loss(aux, self.sampler, self.tokenizer, config.seed) for aux in self.rl.aux]
+        self.judge = next((a for a in self.aux_losses if isinstance(a, GCDLoss)), None)
+        self.correction = None
+        if self.judge is not None and self.judge.config.correction is not None:
+            self.correction = PromptCorrection(self.judge.config.correction, self.judge, self.sampler,
+                                               self.tokenizer, self.judge.endpoint, self.run_dir / "correction.jsonl")
         self.step = 0
 
     def close(self) -> None:
@@ -83,8 +91,10 @@ class RLTrainer:
         started = time.perf_counter()
         tasks = self.pool.local.sample_tasks("train", rl.tasks_per_step, random.Random(step_seed(cfg.seed, step, "tasks")))
         torch.manual_seed(step_seed(cfg.seed, step, "sampling"))
+        hint = self.correction.refresh(step) if self.correction else ""
         trajectories = collect(self.pool, self.sampler, self.tokenizer, tasks, rl.group_size, cfg.prompt,
-                               cfg.sampling, first_group_id=self.step * rl.tasks_per_step, timing=timing)
+                               cfg.sampling, first_group_id=self.step * rl.tasks_per_step, timing=timing,
+                               hint=hint)
         usable = [t for t in trajectories if not t.aborted]
         advantages = compute_advantages(usable, rl.advantage)
 
@@ -95,7 +105,11 @@ class RLTrainer:
             start = time.perf_counter()
             self._add_reference_logprobs(samples)
             timing["ref"] = time.perf_counter() - start
-        aux_samples = {aux.name: aux.prepare(usable, step) for aux in self.aux_losses}
+        start = time.perf_counter()
+        aux_batches = {aux.name: aux.prepare(usable, step) for aux in self.aux_losses}
+        aux_samples = {name: b.samples for name, b in aux_batches.items()}
+        if self.aux_losses:
+            timing["aux_prepare"] = time.perf_counter() - start
 
         start = time.perf_counter()
         totals: dict[str, float] = {}
@@ -129,6 +143,8 @@ class RLTrainer:
                 metrics[key] = value / n_updates
             else:
                 metrics[f"actor/{key}"] = value / max(n_tokens, 1)
+        for name, batch in aux_batches.items():
+            metrics.update({f"aux/{name}/{k}": v for k, v in batch.metrics.items()})
         metrics["tokens/processed"] = float(rl.epochs * sum(len(s.ids) for s in samples))
         metrics["tokens/response"] = float(n_tokens / rl.epochs)
         timing["step"] = time.perf_counter() - started
@@ -162,6 +178,15 @@ class RLTrainer:
             return aux.weight * loss, {f"aux/{aux.name}/loss": loss.detach()}
         return loss_fn
 
+    def _extra_state(self) -> dict:
+        """Run state beyond weights and optimiser that a resumed run needs to continue exactly."""
+        extra = {}
+        if self.judge is not None:
+            extra["critiques"] = self.judge.critiques
+        if self.correction is not None:
+            extra["hint"] = self.correction.hint
+        return extra
+
     @torch.no_grad()
     def _add_reference_logprobs(self, samples: list[TrainSample]) -> None:
         temperature = self.config.sampling.temperature or 1.0
@@ -181,7 +206,12 @@ class RLTrainer:
             ckpt = latest_checkpoint(self.run_dir)
             if ckpt is not None:
                 self.actor.load(ckpt)
-                self.step = read_state(ckpt)["step"]
+                state = read_state(ckpt)
+                self.step = state["step"]
+                if self.judge is not None:
+                    self.judge.critiques = [tuple(c) for c in state.get("critiques", [])]
+                if self.correction is not None:
+                    self.correction.hint = state.get("hint", "")
         tracker = Tracker(self.run_dir / "logs", resume_step=self.step)
         results = {}
         try:
@@ -192,12 +222,15 @@ class RLTrainer:
                     last = self.step == rl.steps
                     if (rl.eval_every and self.step % rl.eval_every == 0) or last:
                         results = evaluate(self.pool, self.sampler, self.tokenizer, cfg.eval, cfg.prompt, cfg.seed,
-                                           self.run_dir / "eval" / f"step_{self.step:06d}")
+                                           self.run_dir / "eval" / f"step_{self.step:06d}", judge=self.judge)
                         for split, r in results.items():
                             metrics[f"eval/{split}/success"] = r["success"]
+                            if "judge_accuracy" in r:
+                                metrics[f"eval/{split}/judge_accuracy"] = r["judge_accuracy"]
                     tracker.log(self.step, metrics)
                     if (rl.save_every and self.step % rl.save_every == 0) or last:
-                        save_checkpoint(self.run_dir, self.step, self.actor, self.tokenizer, {}, rl.keep_last)
+                        save_checkpoint(self.run_dir, self.step, self.actor, self.tokenizer, self._extra_state(),
+                                        rl.keep_last)
                     bar.update(task, completed=self.step, description=(
                         f"RL success {metrics['rollout/success']:.2f} len {metrics['rollout/length']:.1f}"))
         finally:
@@ -205,10 +238,15 @@ class RLTrainer:
         return results
 
 
-def build_aux_loss(aux_config, tokenizer, seed: int):
+def build_aux_loss(aux_config, sampler, tokenizer, seed: int):
     if aux_config.type == "chat_sft":
         return ChatSFTLoss(aux_config.name, read_chat_dataset(aux_config.data), tokenizer,
                            aux_config.batch_size, aux_config.weight, seed)
+    if aux_config.type == "gcd":
+        ext = aux_config.external
+        endpoint = ext and ChatEndpoint(ext.base_url, ext.model, ext.api_key_env, ext.timeout_s)
+        external = ext and ExternalJudge(endpoint, ext.asks, ext.agree, ext.temperature, ext.max_tokens)
+        return GCDLoss(aux_config, sampler, tokenizer, seed, external, endpoint)
     raise ValueError(f"unknown auxiliary loss {aux_config.type!r}")
 
 

@@ -1,14 +1,15 @@
 """Auxiliary losses: named loss components on extra samples, added to the RL loss in the same
 optimiser step (the GCD judge is one; SFT on a chat dataset, e.g. judgment data, is another).
 
-An `AuxLoss` turns the step's rollouts into its own training samples (`prepare`), and scores
-per-token log-probs of those samples (`token_loss`). The trainer normalises each component by
-its own token count and adds `weight * loss`.
+An `AuxLoss` turns the step's rollouts into its own training samples and metrics (`prepare`),
+and scores per-token log-probs of those samples (`token_loss`). The trainer normalises each
+component by its own token count, adds `weight * loss`, and logs the metrics as aux/<name>/...
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -16,11 +17,17 @@ import torch
 from agentrl.actor.batch import TrainSample
 
 
+@dataclass
+class AuxBatch:
+    samples: list[TrainSample]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
 class AuxLoss(Protocol):
     name: str
     weight: float
 
-    def prepare(self, trajectories, step: int) -> list[TrainSample]: ...
+    def prepare(self, trajectories, step: int) -> AuxBatch: ...
 
     def token_loss(self, logp: torch.Tensor, samples_tokens: dict[str, torch.Tensor]) -> torch.Tensor:
         """Per-token loss (N,) from the current log-probs (N,) and the batch's token fields."""
@@ -38,9 +45,9 @@ class ChatSFTLoss:
         self.samples = [encode_conversation(tokenizer, c) for c in conversations]
         self.seed = seed
 
-    def prepare(self, trajectories, step: int) -> list[TrainSample]:
+    def prepare(self, trajectories, step: int) -> AuxBatch:
         rng = random.Random(f"{self.seed}:{self.name}:{step}")
-        return rng.sample(self.samples, min(self.batch_size, len(self.samples)))
+        return AuxBatch(rng.sample(self.samples, min(self.batch_size, len(self.samples))))
 
     def token_loss(self, logp, tokens):
         return -tokens["weight"] * logp

@@ -32,8 +32,6 @@ def collect(pool, sampler, tokenizer, tasks: list[str], group_size: int, prompt,
 
     `hint` is appended to the task text of every prompt (prompt-based correction uses it).
     """
-
-
     timing = timing if timing is not None else {}
     episodes = []
     for t, task_id in enumerate(tasks):
@@ -61,14 +59,14 @@ def collect(pool, sampler, tokenizer, tasks: list[str], group_size: int, prompt,
         timing["gen"] = timing.get("gen", 0.0) + time.perf_counter() - start
 
         actions = {}
-        for e, ids, gen in zip(active, prompt_ids, generations):
+        for e, text, ids, gen in zip(active, texts, prompt_ids, generations):
             response = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
             action = parse_action(response, prompt.require_think)
             actions[e.slot] = action
             e.trajectory.steps.append(StepSample(
                 prompt_ids=ids, response_ids=gen.token_ids, logprobs=gen.logprobs, response=response,
                 action=action, observation=e.observation.text, anchor=e.observation.anchor,
-                penalty=0.0 if action is not None else prompt.invalid_penalty))
+                penalty=0.0 if action is not None else prompt.invalid_penalty, prompt=text))
         start = time.perf_counter()
         results = pool.step(actions)
         timing["env"] += time.perf_counter() - start
@@ -78,6 +76,7 @@ def collect(pool, sampler, tokenizer, tasks: list[str], group_size: int, prompt,
             result = results[e.slot]
             sample = e.trajectory.steps[-1]
             sample.reward = result.reward
+            sample.progress = result.info.get("progress")
             e.history.append(HistoryEntry(e.observation.text, sample.action or "(no valid action)"))
             e.observation = result.observation
             if result.done:

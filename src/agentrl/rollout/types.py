@@ -22,6 +22,10 @@ class StepSample:
     """Environment reward of this step."""
     penalty: float = 0.0
     """Invalid-action penalty of this step (subtracted after any discounting)."""
+    prompt: str = ""
+    """The prompt text the actor saw (before the chat template); GCD judges in this context."""
+    progress: bool | None = None
+    """The environment's own judgement of the action, where it has one (GCD label source)."""
 
     @property
     def valid(self) -> bool:

@@ -78,12 +78,13 @@ class HouseholdEnv:
         assert self.task is not None, "reset() before step()"
         self.steps += 1
         admissible = action is not None and action in self.admissible_actions()
+        progress = self._progress(action, admissible)
         text = self._apply(action) if admissible else NOTHING
         success = self._won()
         done = success or self.steps >= self.max_steps
         reward = SUCCESS_REWARD if success else 0.0
         return StepResult(self._observation(text), reward, done, success,
-                          {"admissible": admissible, "task_type": self.task.task_type})
+                          {"admissible": admissible, "task_type": self.task.task_type, "progress": progress})
 
     def close(self) -> None:
         pass
@@ -177,10 +178,25 @@ class HouseholdEnv:
         needed = 2 if task.task_type == "pick_two_obj_and_place" else 1
         return self._placed() >= needed
 
+    def _progress(self, action: str | None, admissible: bool) -> bool | None:
+        """Ground-truth judgement of an action (GCD label source "env"): True when it is the
+        expert's move, False when it cannot help (inadmissible, or a look/inventory/examine/close
+        that changes nothing), None otherwise (another search order may be just as good)."""
+        if not admissible:
+            return False
+        if action == self._expert_action():  # None when the expert has no plan from here
+            return True
+        if action.split(" ", 1)[0] in ("look", "inventory", "examine", "close"):
+            return False
+        return None
+
     # --- expert --------------------------------------------------------------------------------
     def expert_action(self) -> tuple[str, str]:
         """(thought, action): the expert's next move and a one-line reason for it."""
         action = self._expert_action()
+        if action is None:
+            raise RuntimeError("the expert has no move from this state: the agent put the object where a "
+                               "searching expert does not look")
         kind, verb = self.task.object_kind, action.split(" ", 1)[0]
         if verb in VERB_FLAG:
             thought = f"I {verb} the {kind}."
@@ -198,7 +214,7 @@ class HouseholdEnv:
             thought = f"I put the {kind} in the {self.task.target_kind}."
         return thought, action
 
-    def _expert_action(self) -> str:
+    def _expert_action(self) -> str | None:
         """Search receptacles in listing order, take the object, process it, deliver it.
 
         It acts only on what a searching agent could know: receptacles it has already looked
@@ -230,4 +246,4 @@ class HouseholdEnv:
             return f"open {loc}"
         seen = [r for r in sources if r in self.inspected and any(map(self._wanted, self.contents[r]))]
         unseen = [r for r in sources if r not in self.inspected]
-        return f"go to {(seen or unseen)[0]}"
+        return f"go to {(seen or unseen)[0]}" if seen or unseen else None

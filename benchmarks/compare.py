@@ -1,0 +1,118 @@
+"""Methods side by side: RL from one cold-start checkpoint, several seeds per variant, equal budget.
+
+    python benchmarks/compare.py --recipe recipes/compare.yaml --model runs/coldstart/sft/model \
+        --out runs/compare --seeds 1 2 3 \
+        --variant grpo: --variant gcd:rl.aux=[{type: gcd}]
+
+A variant is `name:override;override;...` (overrides as for `agentrl --set`; empty for the recipe
+as is). Each (variant, seed) trains in <out>/<name>/seed<k>; finished runs are not redone. The
+summary pools the seeds' evaluation episodes per split (success with a 95% Wilson interval, plus
+the per-seed spread) and, where the runs logged it, judge accuracy; written to <out>/summary.json
+and <out>/summary.md, with learning curves in <out>/curves.png when matplotlib is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from agentrl.config import load_config, save_config
+from agentrl.evaluate import wilson_interval
+from agentrl.tracking import read_metrics
+from agentrl.trainer import RLTrainer
+
+
+def train_once(recipe: str, model: str, overrides: list[str], seed: int, run_dir: Path) -> dict:
+    done = run_dir / "results.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    config = load_config(recipe, [*overrides, f"seed={seed}", f"run_dir={run_dir}"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, run_dir / "config.yaml")
+    trainer = RLTrainer(config, model, run_dir)
+    try:
+        results = trainer.run(resume=True)
+    finally:
+        trainer.close()
+    done.write_text(json.dumps(results, indent=2))
+    return results
+
+
+def pooled(per_seed: list[dict]) -> dict:
+    out = {}
+    for split in per_seed[0]:
+        wins = sum(round(r[split]["success"] * r[split]["episodes"]) for r in per_seed)
+        n = sum(r[split]["episodes"] for r in per_seed)
+        rates = [r[split]["success"] for r in per_seed]
+        out[split] = {"success": wins / n, "ci95": wilson_interval(wins, n), "episodes": n,
+                      "per_seed": rates, "seed_std": statistics.pstdev(rates)}
+        judged = [r[split]["judge_accuracy"] for r in per_seed if "judge_accuracy" in r[split]]
+        if judged:
+            out[split]["judge_accuracy"] = statistics.fmean(judged)
+    return out
+
+
+def markdown(summary: dict) -> str:
+    splits = list(next(iter(summary.values())))
+    lines = ["| method | " + " | ".join(s.upper() for s in splits) + " |", "|---" * (len(splits) + 1) + "|"]
+    for name, result in summary.items():
+        cells = []
+        for s in splits:
+            r = result[s]
+            cell = f"{r['success'] * 100:.1f}% [{r['ci95'][0] * 100:.0f}-{r['ci95'][1] * 100:.0f}]"
+            if "judge_accuracy" in r:
+                cell += f", judge {r['judge_accuracy'] * 100:.0f}%"
+            cells.append(cell)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_curves(out: Path, runs: dict[str, list[Path]]) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no curves.png")
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, dirs in runs.items():
+        curves = [[r["rollout/success"] for r in read_metrics(d / "logs" / "metrics.jsonl")] for d in dirs]
+        steps = min(len(c) for c in curves)
+        mean = [statistics.fmean(c[i] for c in curves) for i in range(steps)]
+        ax.plot(range(1, steps + 1), mean, label=f"{name} ({len(dirs)} seeds)")
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("training rollout success")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipe", required=True)
+    parser.add_argument("--model", required=True, help="the shared cold-start checkpoint")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--variant", action="append", required=True, help="name:override;override")
+    args = parser.parse_args()
+
+    out = Path(args.out)
+    summary, runs = {}, {}
+    for spec in args.variant:
+        name, _, overrides = spec.partition(":")
+        overrides = [o for o in overrides.split(";") if o.strip()]
+        runs[name] = [out / name / f"seed{seed}" for seed in args.seeds]
+        per_seed = [train_once(args.recipe, args.model, overrides, seed, d) for seed, d in zip(args.seeds, runs[name])]
+        summary[name] = pooled(per_seed)
+        print(name, json.dumps({s: round(r["success"], 3) for s, r in summary[name].items()}))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out / "summary.md").write_text(markdown(summary) + "\n")
+    plot_curves(out, runs)
+    print(markdown(summary))
+
+
+if __name__ == "__main__":
+    main()

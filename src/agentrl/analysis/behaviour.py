@@ -1,0 +1,65 @@
+"""Repeated actions: how often the agent repeats itself or loops, and how confident it is when it
+does (the papers: repeated actions are taken with high confidence after RL)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from agentrl.prompting import parse_action
+from agentrl.rollout.collect import encode_prompt
+from agentrl.rollout.types import StepSample, Trajectory
+
+
+def load_trajectories(path: str | Path) -> list[Trajectory]:
+    """Trajectories from an evaluation's trajectories_<split>.jsonl (text only, no token ids)."""
+    out = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        try:
+            row = json.loads(line)
+            steps = [StepSample([], [], [], response=s["response"], action=s["action"], observation=s["observation"],
+                                anchor=s["observation"], reward=s["reward"], prompt=s.get("prompt", ""),
+                                progress=s.get("progress")) for s in row["steps"]]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise ValueError(f"{path}:{number}: not a trajectory record (see `agentrl eval` output)") from None
+        out.append(Trajectory(row["task_id"], 0, row["task_type"], steps, success=row["success"]))
+    return out
+
+
+def repetition_stats(trajectories: list[Trajectory]) -> dict[str, float]:
+    """repeat_rate: steps whose action equals the previous one; loop_rate: steps that return to an
+    observation already seen in the episode; both over all steps."""
+    steps = repeats = loops = 0
+    for t in trajectories:
+        seen = set()
+        for prev, step in zip([None, *t.steps], t.steps):
+            steps += 1
+            repeats += prev is not None and step.action is not None and step.action == prev.action
+            loops += step.observation in seen
+            seen.add(step.observation)
+    return {"steps": steps, "repeat_rate": repeats / max(steps, 1), "loop_rate": loops / max(steps, 1)}
+
+
+def action_confidence(sampler, tokenizer, trajectories: list[Trajectory], sampling, resamples: int,
+                      max_steps: int, require_think: bool = True) -> dict[str, float]:
+    """Consistency over `resamples` re-samples (the share that gives the recorded action) at
+    repeated steps and at the other valid steps, up to `max_steps` of each kind."""
+    kinds: dict[str, list[StepSample]] = {"repeated": [], "other": []}
+    for t in trajectories:
+        for prev, step in zip([None, *t.steps], t.steps):
+            if step.action is None or not step.prompt:
+                continue
+            kind = "repeated" if prev is not None and prev.action == step.action else "other"
+            if len(kinds[kind]) < max_steps:
+                kinds[kind].append(step)
+    out = {}
+    for kind, steps in kinds.items():
+        if not steps:
+            continue
+        prompts = [encode_prompt(tokenizer, s.prompt) for s in steps for _ in range(resamples)]
+        texts = [tokenizer.decode(g.token_ids, skip_special_tokens=True) for g in sampler.generate(prompts, sampling)]
+        same = [parse_action(text, require_think) == steps[i // resamples].action for i, text in enumerate(texts)]
+        out[f"confidence_{kind}"] = statistics.fmean(same)
+        out[f"steps_{kind}"] = len(steps)
+    return out

@@ -1,0 +1,101 @@
+"""Judge prompts, verdict parsing, and the external LLM judge (OpenAI-compatible endpoint).
+
+The judge sees the context the actor saw plus the action it took, reasons inside <think>, and
+answers `<verdict>good</verdict>` or `<verdict>bad</verdict>`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.error
+import urllib.request
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+from agentrl.rollout.types import StepSample
+
+JUDGE_INSTRUCTION = ("Was this action good or bad for the task? Think briefly inside <think> </think>, "
+                     "then answer <verdict>good</verdict> or <verdict>bad</verdict>.")
+_VERDICT = re.compile(r"<verdict>\s*(good|bad)\s*</verdict>", re.IGNORECASE)
+_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+
+
+def judge_prompt(step: StepSample) -> str:
+    action = step.action if step.action is not None else f"(no valid action; the reply was: {step.response!r})"
+    return f"{step.prompt}\nThe agent's action: {action}\n{JUDGE_INSTRUCTION}"
+
+
+def judgment_response(label: bool, reason: str) -> str:
+    """The response a perfect judge gives (used to build judgment SFT data)."""
+    word = "good" if label else "bad"
+    return f"<think>The action is {word}: {reason}.</think><verdict>{word}</verdict>"
+
+
+def parse_verdict(text: str) -> bool | None:
+    """True (good), False (bad), or None when there is no verdict tag or the tags disagree."""
+    verdicts = {m.lower() for m in _VERDICT.findall(text)}
+    return None if len(verdicts) != 1 else verdicts.pop() == "good"
+
+
+def critique(text: str) -> str:
+    """The reasoning of a judgment (the <think> text), or the whole reply without tags."""
+    match = _THINK.search(text)
+    return (match.group(1) if match else _VERDICT.sub("", text)).strip()
+
+
+def vote(verdicts: list[bool | None], agree: int) -> bool | None:
+    """The verdict at least `agree` of the answers give, else None (paper: 5 asks, >= 4 agree).
+    Unparseable answers count as asked but agree with nothing."""
+    counts = Counter(v for v in verdicts if v is not None)
+    for verdict, n in counts.most_common(1):
+        if n >= agree:
+            return verdict
+    return None
+
+
+class ChatEndpoint:
+    """A chat-completions endpoint: POST {base_url}/chat/completions. The API key is read from
+    the environment variable named by `api_key_env` at call time and never stored or logged."""
+
+    def __init__(self, base_url: str, model: str, api_key_env: str | None, timeout_s: float):
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model, self.api_key_env, self.timeout_s = model, api_key_env, timeout_s
+
+    def complete(self, prompt: str, n: int = 1, temperature: float = 1.0, max_tokens: int = 256) -> list[str]:
+        body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "n": n,
+                "temperature": temperature, "max_tokens": max_tokens}
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        request = urllib.request.Request(self.url, json.dumps(body).encode(), headers, method="POST")
+        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            choices = json.loads(response.read())["choices"]
+        return [c["message"]["content"] or "" for c in choices]
+
+
+class ExternalJudge:
+    """Labels steps by asking an LLM `asks` times and keeping verdicts with >= `agree` votes."""
+
+    def __init__(self, endpoint: ChatEndpoint, asks: int, agree: int, temperature: float,
+                 max_tokens: int, concurrency: int = 8):
+        self.endpoint, self.asks, self.agree = endpoint, asks, agree
+        self.temperature, self.max_tokens, self.concurrency = temperature, max_tokens, concurrency
+        self.errors = 0
+        """Requests that failed (network, HTTP status, malformed reply); their steps stay unlabelled."""
+
+    def _label(self, step: StepSample) -> bool | None:
+        try:
+            replies = self.endpoint.complete(judge_prompt(step), self.asks, self.temperature, self.max_tokens)
+        except (urllib.error.URLError, TimeoutError, KeyError, ValueError) as error:
+            self.errors += 1
+            if self.errors == 1:
+                print(f"external judge at {self.endpoint.url} failed ({error}); such steps stay unlabelled")
+            return None
+        return vote([parse_verdict(r) for r in replies], self.agree)
+
+    def label(self, steps: list[StepSample]) -> list[bool | None]:
+        with ThreadPoolExecutor(self.concurrency) as executor:
+            return list(executor.map(self._label, steps))

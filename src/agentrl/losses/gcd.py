@@ -1,0 +1,86 @@
+"""The GCD auxiliary loss: a GRPO loss on the actor's judgments of its own actions.
+
+Per training step: label the rollout's steps (rules / environment / external judge), select a
+balanced set of (state, action) pairs, sample `group_size` judgments of each from the current
+policy, reward 1 when the verdict matches the label (an unparseable verdict is wrong), and turn
+the rewards into group-normalised advantages. The trainer adds `weight` x the clipped policy-
+gradient loss on the judgment tokens to the RL loss in the same optimiser step.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import torch
+
+from agentrl.actor.batch import TrainSample
+from agentrl.gcd.judge import critique, judge_prompt, parse_verdict
+from agentrl.gcd.labels import balanced_selection, label_counts, label_steps
+from agentrl.losses.aux import AuxBatch
+from agentrl.losses.policy import ppo_clip
+from agentrl.rollout.collect import encode_prompt
+
+
+class GCDLoss:
+    def __init__(self, config, sampler, tokenizer, seed: int, external=None, endpoint=None):
+        self.config, self.name, self.weight = config, config.name, config.weight
+        self.sampler, self.tokenizer, self.seed = sampler, tokenizer, seed
+        self.external, self.endpoint = external, endpoint
+        self.critiques: list[tuple[str, str]] = []
+        """(action, critique) of bad actions the judge rightly called bad (prompt correction)."""
+
+    def prepare(self, trajectories, step: int) -> AuxBatch:
+        cfg = self.config
+        rng = random.Random(f"{self.seed}:{self.name}:{step}")
+        labelled = label_steps(trajectories, cfg.labels, self.external, cfg.external.pairs_per_step
+                               if cfg.external else 0, rng)
+        chosen = balanced_selection(labelled, cfg.pairs_per_step, rng)
+        metrics = {**label_counts(labelled), "pairs": float(len(chosen))}
+        if self.external is not None:
+            metrics["labels/llm_errors"] = float(self.external.errors)
+        if not chosen:
+            return AuxBatch([], metrics)
+
+        prompts = [encode_prompt(self.tokenizer, judge_prompt(x.step)) for x in chosen]
+        repeated = [p for p in prompts for _ in range(cfg.group_size)]
+        generations = self.sampler.generate(repeated, cfg.sampling)
+        samples, correct, parsed = [], [], []
+        for i, x in enumerate(chosen):
+            group = generations[i * cfg.group_size:(i + 1) * cfg.group_size]
+            texts = [self.tokenizer.decode(g.token_ids, skip_special_tokens=True) for g in group]
+            verdicts = [parse_verdict(t) for t in texts]
+            rewards = [float(v == x.label) for v in verdicts]
+            correct += rewards
+            parsed += [v is not None for v in verdicts]
+            mean, std = statistics.fmean(rewards), statistics.pstdev(rewards)
+            for g, r, text, verdict in zip(group, rewards, texts, verdicts):
+                advantage = (r - mean) / (std + 1e-6)
+                samples.append(TrainSample.from_turn(prompts[i], g.token_ids, old_logprobs=g.logprobs,
+                                                     advantages=[advantage] * len(g.token_ids)))
+                if not x.label and verdict is False:
+                    self.critiques.append((x.step.action or x.step.response, critique(text)))
+        self.critiques = self.critiques[-cfg.max_critiques:]
+        metrics.update({"judge_accuracy": statistics.fmean(correct), "verdict_parse_rate": statistics.fmean(parsed)})
+        return AuxBatch(samples, metrics)
+
+    @torch.no_grad()
+    def evaluate(self, trajectories, seed: int) -> dict[str, float]:
+        """Judge accuracy on a balanced sample of labelled steps (greedy verdicts; the rule and
+        environment labels only, so evaluation never calls the external judge)."""
+        sources = [s for s in self.config.labels if s != "llm"]
+        chosen = balanced_selection(label_steps(trajectories, sources), self.config.eval_pairs,
+                                    random.Random(seed))
+        if not chosen:
+            return {}
+        params = self.config.sampling.model_copy(update={"temperature": 0.0})
+        prompts = [encode_prompt(self.tokenizer, judge_prompt(x.step)) for x in chosen]
+        verdicts = [parse_verdict(self.tokenizer.decode(g.token_ids, skip_special_tokens=True))
+                    for g in self.sampler.generate(prompts, params)]
+        return {"judge_accuracy": statistics.fmean(v == x.label for v, x in zip(verdicts, chosen)),
+                "judge_pairs": len(chosen)}
+
+    def token_loss(self, logp: torch.Tensor, tokens: dict[str, torch.Tensor]) -> torch.Tensor:
+        segments = torch.zeros_like(logp, dtype=torch.long)
+        loss, _ = ppo_clip(logp, tokens["old_logprobs"], tokens["advantages"], segments, self.config.clip)
+        return loss

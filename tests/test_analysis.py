@@ -1,0 +1,87 @@
+import json
+import random
+
+import pytest
+import torch
+
+from agentrl.analysis.behaviour import load_trajectories, repetition_stats
+from agentrl.analysis.coupling import (Pair, gradient_similarity, influence_gap, one_step_influence,
+                                       representation_separation)
+from agentrl.cli import main
+from agentrl.config import HouseholdEnvConfig, PromptConfig
+from agentrl.data import _play
+from agentrl.envs import make_env
+from agentrl.models import load_model, load_tokenizer
+from agentrl.rollout.types import StepSample, Trajectory
+
+from conftest import COMPACT
+
+PAIRS = [Pair("Task: put a mug in desk.", "<action>go to desk 1</action>", True),
+         Pair("Task: heat an egg.", "<action>go to microwave 1</action>", True),
+         Pair("Task: put a mug in desk.", "<action>look</action>", False)]
+
+
+def test_influence_raises_the_trained_sample_and_restores_the_model(tiny_model_dir):
+    model, tokenizer = load_model(tiny_model_dir), load_tokenizer(tiny_model_dir)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    matrix = one_step_influence(model, tokenizer, PAIRS, lr=1e-3)
+    assert matrix.shape == (3, 3) and (matrix.diagonal() > 0).all()
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_gradient_similarity_of_a_set_with_itself_is_one(tiny_model_dir):
+    model, tokenizer = load_model(tiny_model_dir), load_tokenizer(tiny_model_dir)
+    sims = gradient_similarity(model, tokenizer, {"a": PAIRS[:2], "b": PAIRS[:2], "c": PAIRS[2:]})
+    assert sims["a|b"] == pytest.approx(1.0, abs=1e-5)
+    assert -1 <= sims["a|c"] < 0.9999
+
+
+def test_gap_and_separation_by_hand():
+    matrix = torch.tensor([[9.0, 2.0, -1.0], [4.0, 9.0, 1.0], [0.0, 3.0, 9.0]])
+    gap = influence_gap(matrix, [True, True, False])
+    assert gap["influence_same_class"] == pytest.approx(3.0)  # (2 + 4) / 2
+    assert gap["influence_different_class"] == pytest.approx(0.75)  # (-1 + 1 + 0 + 3) / 4
+    reps = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    sep = representation_separation(reps, [True, True, False])
+    assert sep == {"cos_within_class": 1.0, "cos_across_class": 0.0, "separation": 1.0}
+
+
+def test_repetition_stats_by_hand():
+    steps = [StepSample([], [], [], response="", action=a, observation=o, anchor=o)
+             for a, o in [("go to a", "start"), ("go to a", "at a"), ("look", "at a"), (None, "start")]]
+    stats = repetition_stats([Trajectory("t", 0, "x", steps)])
+    assert stats == {"steps": 4, "repeat_rate": 0.25, "loop_rate": 0.5}
+
+
+def test_analyze_cli_on_recorded_trajectories(tiny_model_dir, tmp_path):
+    env, prompt, rng = make_env(HouseholdEnvConfig()), PromptConfig(template=COMPACT, history_length=1), random.Random(0)
+    rows = []
+    for i, task in enumerate(env.sample_tasks("train", 6, rng)):
+        policy = (lambda obs: env.expert_action()[1]) if i % 2 else (lambda obs: rng.choice(obs.admissible_actions))
+        t = _play(env, task, prompt, policy)
+        rows.append({"task_id": t.task_id, "task_type": t.task_type, "success": t.success, "steps": [
+            {"observation": s.observation, "response": f"<think>ok</think><action>{s.action}</action>",
+             "action": s.action, "reward": s.reward, "prompt": s.prompt, "progress": s.progress} for s in t.steps]})
+    path = tmp_path / "trajectories_l0.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert len(load_trajectories(path)) == 6
+
+    out = tmp_path / "coupling"
+    assert main(["analyze", "coupling", "--model", str(tiny_model_dir), "--trajectories", str(path),
+                 "--ood", str(path), "--out", str(out), "--samples", "3", "--pairs", "4"]) == 0
+    report = json.loads((out / "coupling.json").read_text())
+    assert report["set_sizes"] == {"pos_id": 3, "neg_id": 3, "pos_ood": 3, "neg_ood": 3}
+    assert report["gradient_cosine"]["pos_id|pos_ood"] == pytest.approx(1.0, abs=1e-5)  # same samples
+    assert len(report["influence_matrix"]) == 4 and "influence_gap" in report and "separation" in report
+    assert (out / "influence.png").stat().st_size > 1000
+
+    assert main(["analyze", "repeats", "--model", str(tiny_model_dir), "--trajectories", str(path),
+                 "--out", str(tmp_path / "rep"), "--resamples", "2", "--max-steps", "2",
+                 "--max-new-tokens", "4"]) == 0
+    repeats = json.loads((tmp_path / "rep" / "repeats.json").read_text())
+    assert repeats["steps"] == sum(len(r["steps"]) for r in rows) and "confidence_other" in repeats
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    assert main(["analyze", "repeats", "--model", str(tiny_model_dir), "--trajectories", str(bad),
+                 "--out", str(tmp_path / "x")]) == 2

@@ -1,0 +1,184 @@
+import json
+import random
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentrl.actor.batch import TrainSample, micro_batches
+from agentrl.config import (GCDAuxConfig, HouseholdEnvConfig, JudgeEndpointConfig, PromptConfig, SFTConfig,
+                            validate_config)
+from agentrl.data import collect_judgment_data, read_chat_dataset
+from agentrl.envs import make_env
+from agentrl.gcd.judge import ChatEndpoint, ExternalJudge, judge_prompt, parse_verdict, vote
+from agentrl.gcd.labels import balanced_selection, label_steps, rule_labels
+from agentrl.losses.gcd import GCDLoss
+from agentrl.models import load_model, load_tokenizer
+from agentrl.rollout.types import StepSample, Trajectory
+from agentrl.sampler.hf import HFSampler
+from agentrl.serve import make_server
+from agentrl.sft import train_sft
+from agentrl.tracking import read_metrics
+from agentrl.trainer import RLTrainer
+
+from conftest import COMPACT
+
+
+def traj(observations, success=False, progress=None):
+    progress = progress or [None] * len(observations)
+    steps = [StepSample([1], [2], [0.0], response=f"a{i}", action=f"a{i}", observation=o, anchor=o,
+                        prompt=f"state {o}", progress=p) for i, (o, p) in enumerate(zip(observations, progress))]
+    return Trajectory("t", 0, "pick", steps, success=success)
+
+
+def test_rule_labels_mark_actions_into_revisited_states_bad_and_the_winning_step_good():
+    # results of steps 0..3 are observations 1..4; A (the result of step 0) re-occurs at step 3.
+    t = traj(["start", "A", "B", "A", "C"], success=True)
+    labels = {i: label for i, (label, _) in rule_labels(t).items()}
+    assert labels == {0: False, 4: True}
+    # step 1's result (B) and step 2's result (A) do not occur later; a failed episode has no good step
+    assert rule_labels(traj(["s", "x", "x", "x"])) == {0: (False, rule_labels(traj(["s", "x", "x", "x"]))[0][1]),
+                                                       1: rule_labels(traj(["s", "x", "x", "x"]))[1]}
+    assert set(rule_labels(traj(["s", "x", "x", "x"]))) == {0, 1}
+
+
+def test_label_sources_follow_priority_and_selection_is_balanced():
+    t = traj(["start", "A", "B", "A", "C"], success=True, progress=[True, None, False, True, True])
+    by_rules_first = {(x.step.action, x.label, x.source) for x in label_steps([t], ["rules", "env"])}
+    assert by_rules_first == {("a0", False, "rules"), ("a4", True, "rules"), ("a2", False, "env"),
+                              ("a3", True, "env")}
+    env_first = {(x.step.action, x.label, x.source) for x in label_steps([t], ["env", "rules"])}
+    assert ("a0", True, "env") in env_first
+    labelled = label_steps([t], ["rules", "env"])
+    chosen = balanced_selection(labelled, 30, random.Random(0))
+    assert sum(x.label for x in chosen) == sum(not x.label for x in chosen) == 2
+    assert balanced_selection([x for x in labelled if x.label], 30, random.Random(0)) == []
+
+
+def test_verdict_parsing_and_voting():
+    assert parse_verdict("<think>loops</think><verdict>bad</verdict>") is False
+    assert parse_verdict("<verdict> GOOD </verdict>") is True
+    assert parse_verdict("good") is None
+    assert parse_verdict("<verdict>good</verdict><verdict>bad</verdict>") is None
+    assert parse_verdict("<verdict>maybe</verdict>") is None
+    assert vote([True, True, True, True, False], 4) is True
+    assert vote([True, True, True, None, None], 4) is None
+    assert vote([False] * 5, 4) is False
+    assert vote([None] * 5, 1) is None
+
+
+def test_household_progress_labels_match_the_expert():
+    env = make_env(HouseholdEnvConfig())
+    env.reset("train-3")
+    _, expert = env.expert_action()
+    assert env.step(expert).info["progress"] is True
+    assert env.step("look").info["progress"] is False
+    assert env.step("fly away").info["progress"] is False
+
+
+def test_judgment_data_is_balanced_and_parseable(tmp_path):
+    path = tmp_path / "j.jsonl"
+    stats = collect_judgment_data(make_env(HouseholdEnvConfig()), PromptConfig(), 12, path, seed=0)
+    assert stats == {"judgments": 12, "good": 6, "bad": 6}
+    verdicts = [parse_verdict(c[1]["content"]) for c in read_chat_dataset(path)]
+    assert sorted(verdicts) == [False] * 6 + [True] * 6
+
+
+def gcd_config(**kw):
+    return GCDAuxConfig(pairs_per_step=4, group_size=3, sampling={"max_new_tokens": 6}, **kw)
+
+
+def test_gcd_loss_trains_only_judgment_tokens(tiny_model_dir):
+    model, tokenizer = load_model(tiny_model_dir), load_tokenizer(tiny_model_dir)
+    loss = GCDLoss(gcd_config(), HFSampler(model, tokenizer), tokenizer, seed=0)
+    t = traj(["start", "A", "B", "A", "C"], success=True)
+    batch_out = loss.prepare([t], step=1)
+    assert len(batch_out.samples) == 2 * 3  # one good + one bad pair, 3 judgments each
+    assert batch_out.metrics["pairs"] == 2 and 0 <= batch_out.metrics["judge_accuracy"] <= 1
+    # Make the advantages non-zero so a gradient exists (a random model's verdicts all score 0).
+    for i, s in enumerate(batch_out.samples):
+        s.values["advantages"] = [1.0 if i % 2 else -1.0] * s.n_targets
+    batch = micro_batches(batch_out.samples, 10**6, tokenizer.pad_token_id)[0]
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    logits.retain_grad()
+    shifted = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch.input_ids[:, 1:, None])[..., 0]
+    logp = shifted[batch.mask[:, 1:]]
+    loss.token_loss(logp, batch.values).sum().backward()
+    touched = logits.grad.abs().sum(-1)[:, :-1] > 0  # (B, L-1): positions whose prediction got gradient
+    assert torch.equal(touched, batch.mask[:, 1:])
+
+
+@pytest.fixture(scope="module")
+def optimist_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny model fine-tuned to answer every judge prompt with a "good" verdict."""
+    out = tmp_path_factory.mktemp("optimist")
+    data = out / "data.jsonl"
+    prompts = [judge_prompt(s) for s in traj([f"room {i}" for i in range(8)]).steps]
+    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}, {
+        "role": "assistant", "content": "<verdict>good</verdict>"}]}) + "\n" for p in prompts))
+    train_sft(load_model(tiny_model_dir), load_tokenizer(tiny_model_dir), data,
+              SFTConfig(epochs=30, batch_size=8, optim={"lr": 3e-3}), 0, out / "model")
+    return out / "model"
+
+
+@pytest.fixture(scope="module")
+def judge_server(optimist_dir):
+    server = make_server(load_model(optimist_dir).eval(), load_tokenizer(optimist_dir))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def test_external_judge_over_a_real_http_server(judge_server):
+    endpoint = ChatEndpoint(judge_server, "tiny", "AGENTRL_TEST_KEY", timeout_s=60)
+    replies = endpoint.complete("hello", n=5, temperature=1.0, max_tokens=5)
+    assert len(replies) == 5 and all(isinstance(r, str) for r in replies)
+
+    steps = traj(["kitchen", "garden", "hall"]).steps
+    judge = ExternalJudge(endpoint, asks=5, agree=4, temperature=0.0, max_tokens=20)
+    assert judge.label(steps) == [True, True, True]
+    assert judge.errors == 0
+    never = ExternalJudge(endpoint, asks=2, agree=2, temperature=0.0, max_tokens=2)  # cut before the tag
+    assert never.label(steps) == [None, None, None]
+
+    down = ExternalJudge(ChatEndpoint("http://127.0.0.1:9/v1", "x", None, 5), 5, 4, 0.0, 8)
+    assert down.label(steps) == [None] * 3 and down.errors == 3
+
+
+def test_agreement_above_asks_is_a_config_error():
+    with pytest.raises(ValueError, match="agree"):
+        JudgeEndpointConfig(base_url="http://x", model="m", asks=3, agree=4)
+    with pytest.raises(ValueError, match="external"):
+        GCDAuxConfig(labels=["rules", "llm"])
+
+
+def test_training_with_gcd_logs_judge_metrics_and_correction(tiny_model_dir, tmp_path, judge_server):
+    config = validate_config({
+        "seed": 5, "run_dir": str(tmp_path / "run"),
+        "env": {"type": "household", "max_steps": 4},
+        "prompt": {"template": COMPACT, "history_length": 1},
+        "sampling": {"max_new_tokens": 8},
+        "rl": {"steps": 2, "tasks_per_step": 2, "group_size": 3, "mini_batch_size": 64, "optim": {"lr": 1e-3},
+               "aux": [{"type": "gcd", "pairs_per_step": 4, "group_size": 2, "eval_pairs": 4,
+                        "sampling": {"max_new_tokens": 6}, "labels": ["llm", "env"],
+                        "external": {"base_url": judge_server, "model": "tiny", "asks": 2, "agree": 2,
+                                     "pairs_per_step": 2, "max_tokens": 20, "temperature": 0.0},
+                        "correction": {"every": 1, "max_new_tokens": 8}}]},
+        "eval": {"episodes": 3, "splits": ["l0"]},
+    })
+    trainer = RLTrainer(config, str(tiny_model_dir), tmp_path / "run")
+    try:
+        results = trainer.run()
+    finally:
+        trainer.close()
+    rows = read_metrics(tmp_path / "run" / "logs" / "metrics.jsonl")
+    for r in rows:  # the optimist labels 2 unlabelled steps good; the environment supplies the bad ones
+        assert r["aux/gcd/labels/llm_good"] == 2 and r["aux/gcd/labels/env_bad"] > 0
+        assert r["aux/gcd/pairs"] == 4 and r["aux/gcd/labels/llm_errors"] == 0
+        assert {"aux/gcd/loss", "aux/gcd/judge_accuracy", "aux/gcd/verdict_parse_rate", "timing_s/aux_prepare"} <= set(r)
+    # The random actor's judgments never parse, so there are no critiques and no correction yet.
+    assert rows[-1]["aux/gcd/verdict_parse_rate"] == 0 and not (tmp_path / "run" / "correction.jsonl").exists()
+    assert results["l0"]["episodes"] == 3
