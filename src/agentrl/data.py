@@ -96,7 +96,7 @@ def collect_judgment_data(env, prompt, examples: int, path: str | Path, seed: in
         if len(good) >= examples // 2 and len(bad) >= examples - examples // 2:
             break
         if len(good) < examples // 2:
-            good += [(s, True, "it is the move that makes progress toward the task")
+            good += [(s, True, "it makes progress")
                      for s in _play(env, task_id, prompt, lambda obs: env.expert_action()[1]).steps]
         else:
             traj = _play(env, task_id, prompt, lambda obs: rng.choice(obs.admissible_actions))

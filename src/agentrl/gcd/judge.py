@@ -30,7 +30,7 @@ def judge_prompt(step: StepSample) -> str:
 def judgment_response(label: bool, reason: str) -> str:
     """The response a perfect judge gives (used to build judgment SFT data)."""
     word = "good" if label else "bad"
-    return f"<think>The action is {word}: {reason}.</think><verdict>{word}</verdict>"
+    return f"<think>{reason.capitalize()}.</think><verdict>{word}</verdict>"
 
 
 def parse_verdict(text: str) -> bool | None:

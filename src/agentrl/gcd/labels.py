@@ -34,14 +34,14 @@ def rule_labels(traj: Trajectory) -> dict[int, tuple[bool, str]]:
     labels = {}
     for i in range(len(traj.steps) - 1):
         if observations[i + 1] in observations[i + 2:]:
-            labels[i] = (False, "it leads to a state the agent comes back to later, so it made no progress")
+            labels[i] = (False, "it leads to a state seen again later")
     if traj.success and traj.steps:
         labels[len(traj.steps) - 1] = (True, "it completes the task")
     return labels
 
 
 def env_labels(traj: Trajectory) -> dict[int, tuple[bool, str]]:
-    return {i: (s.progress, "it is the move that makes progress" if s.progress else "it cannot help")
+    return {i: (s.progress, "it makes progress" if s.progress else "it cannot help")
             for i, s in enumerate(traj.steps) if s.progress is not None}
 
 
