@@ -1,9 +1,10 @@
+import pytest
 import torch
 
 from agentrl.actor.batch import TrainSample, collate, micro_batches
 from agentrl.actor.single import SingleActor, response_logprobs
 from agentrl.config import OptimConfig, PPOClipConfig, SamplingConfig, SeqRatioConfig
-from agentrl.losses.policy import ppo_clip, seq_ratio
+from agentrl.losses.policy import KL_ESTIMATORS, aggregation_weights, ppo_clip, seq_ratio
 from agentrl.models import load_model, load_tokenizer
 from agentrl.sampler.hf import HFSampler
 
@@ -37,22 +38,24 @@ def test_response_logprobs_match_full_log_softmax(tiny_model_dir):
     torch.testing.assert_close(entropy[:3], -(full[3:6].exp() * full[3:6]).sum(-1), atol=1e-4, rtol=0)
 
 
-def _grads_after_step(model_dir, samples, budget):
+def _grads_after_step(model_dir, samples, budget, agg="token-mean"):
     torch.manual_seed(0)
     model = load_model(model_dir)
     actor = SingleActor(model, OptimConfig(lr=1e-3))
-    n_tokens = sum(s.n_targets for s in samples)
+    for s, w in zip(samples, aggregation_weights([s.n_targets for s in samples], agg)):
+        s.values["w"] = [w] * s.n_targets
 
     def loss_fn(batch):
         logp, _ = actor.token_logprobs(batch)
         loss, _ = ppo_clip(logp, batch.values["old"], batch.values["adv"], batch.sample_index, PPOClipConfig())
-        return loss.sum() / n_tokens, {}
+        return (batch.values["w"] * loss).sum(), {}
 
     actor.optimizer_step([(micro_batches(samples, budget), loss_fn)])
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
+    return {n: p.grad.clone() for n, p in model.named_parameters()}  # the step leaves its gradients
 
 
-def test_update_does_not_depend_on_micro_batch_split(tiny_model_dir):
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_update_does_not_depend_on_micro_batch_split(tiny_model_dir, agg):
     g = torch.Generator().manual_seed(1)
     samples = []
     for i in range(7):
@@ -61,11 +64,11 @@ def test_update_does_not_depend_on_micro_batch_split(tiny_model_dir):
         samples.append(TrainSample.from_turn(ids[:n_prompt], ids[n_prompt:],
                                              old=(-torch.rand(n_resp, generator=g)).tolist(),
                                              adv=[float(i % 3) - 1.0] * n_resp))
-    one = _grads_after_step(tiny_model_dir, samples, budget=10**6)
-    many = _grads_after_step(tiny_model_dir, samples, budget=16)
+    one = _grads_after_step(tiny_model_dir, samples, budget=10**6, agg=agg)
+    many = _grads_after_step(tiny_model_dir, samples, budget=16, agg=agg)
     assert len(micro_batches(samples, 16)) > 3
     for name in one:
-        torch.testing.assert_close(one[name], many[name], atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(one[name], many[name], atol=1e-7, rtol=1e-4)
 
 
 def test_ppo_clip_by_hand():
@@ -102,3 +105,15 @@ def test_seq_ratio_loss_and_gradient_match_a_direct_expression():
     total.backward()
     torch.testing.assert_close(loss.sum(), total.detach())
     torch.testing.assert_close(logp.grad, logp2.grad)
+
+
+def test_aggregation_weights_and_kl_estimators_by_hand():
+    # lengths 2 and 4: token-mean 1/6 each token; seq-mean-token-mean (1/2)(1/2), (1/2)(1/4); token-sum 1/2
+    assert aggregation_weights([2, 4], "token-mean") == [1 / 6, 1 / 6]
+    assert aggregation_weights([2, 4], "seq-mean-token-mean") == [0.25, 0.125]
+    assert aggregation_weights([2, 4], "seq-mean-token-sum") == [0.5, 0.5]
+    logp, ref = torch.tensor([-1.0, -2.0]), torch.tensor([-1.5, -1.0])
+    torch.testing.assert_close(KL_ESTIMATORS["k1"](logp, ref), torch.tensor([0.5, -1.0]))
+    torch.testing.assert_close(KL_ESTIMATORS["k2"](logp, ref), torch.tensor([0.125, 0.5]))
+    r = torch.tensor([-0.5, 1.0])  # log(ref / pi)
+    torch.testing.assert_close(KL_ESTIMATORS["k3"](logp, ref), torch.exp(r) - r - 1)

@@ -257,6 +257,12 @@ class RLConfig(Section):
     micro_batch_tokens: int = Field(16384, ge=1)
     """Token budget of one forward/backward (does not change the update)."""
     epochs: int = Field(1, ge=1)
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    """How per-token losses become one number, always normalised by the global (mini-batch)
+    token or sequence count: token-mean (verl-agent default), the mean over step samples of each
+    sample's token mean, or of its token sum."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """KL(pi || ref) per token: k1 = log-ratio, k2 = half squared log-ratio, k3 = low-variance."""
     kl_coef: float = Field(0.0, ge=0)
     """Weight of the k3 KL to the frozen initial policy (0 loads no reference model)."""
     entropy_coef: float = Field(0.0, ge=0)

@@ -26,7 +26,7 @@ from agentrl.gcd.correction import PromptCorrection
 from agentrl.gcd.judge import ChatEndpoint, ExternalJudge
 from agentrl.losses.aux import ChatSFTLoss
 from agentrl.losses.gcd import GCDLoss
-from agentrl.losses.policy import POLICY_LOSSES, kl_k3
+from agentrl.losses.policy import KL_ESTIMATORS, POLICY_LOSSES, aggregation_weights
 from agentrl.models import load_model, load_tokenizer
 from agentrl.progress import progress
 from agentrl.rollout.collect import collect
@@ -118,8 +118,11 @@ class RLTrainer:
             order.shuffle(samples)
             chunks = [samples[i:i + rl.mini_batch_size] for i in range(0, len(samples), rl.mini_batch_size)]
             for k, chunk in enumerate(chunks):
+                weights = aggregation_weights([s.n_targets for s in chunk], rl.loss_agg)
+                for s, w in zip(chunk, weights):
+                    s.values["agg_weight"] = [w] * s.n_targets
                 parts = [(micro_batches(chunk, rl.micro_batch_tokens, self.tokenizer.pad_token_id),
-                          self._policy_loss(sum(s.n_targets for s in chunk)))]
+                          self._policy_loss())]
                 for aux in self.aux_losses:
                     share = aux_samples[aux.name][k::len(chunks)]
                     if share:
@@ -151,24 +154,25 @@ class RLTrainer:
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
         return metrics
 
-    def _policy_loss(self, n_tokens: int):
+    def _policy_loss(self):
         rl, temperature = self.rl, self.config.sampling.temperature or 1.0
         loss_impl = POLICY_LOSSES[rl.loss.type]
 
         def loss_fn(batch):
             logp, entropy = self.actor.token_logprobs(batch, temperature, entropy=True)
             v = batch.values
+            weight = v["agg_weight"]  # (N,): rl.loss_agg over the whole mini-batch
             pg, counts = loss_impl(logp, v["old_logprobs"], v["advantages"], batch.sample_index, rl.loss)
-            total = pg.sum()
+            total = (weight * pg).sum()
             metrics = {"pg_loss": pg.sum().detach(), "entropy": entropy.sum().detach(),
                        **{k: c.detach() for k, c in counts.items()}}
             if self.reference is not None:
-                kl = kl_k3(logp, v["ref_logprobs"])
-                total = total + rl.kl_coef * kl.sum()
+                kl = KL_ESTIMATORS[rl.kl_estimator](logp, v["ref_logprobs"])
+                total = total + rl.kl_coef * (weight * kl).sum()
                 metrics["kl"] = kl.sum().detach()
             if rl.entropy_coef:
-                total = total - rl.entropy_coef * entropy.sum()
-            return total / n_tokens, metrics
+                total = total - rl.entropy_coef * (weight * entropy).sum()
+            return total, metrics
         return loss_fn
 
     def _aux_loss(self, aux, n_tokens: int):

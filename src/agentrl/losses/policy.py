@@ -58,3 +58,24 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Schulman's k3 estimator of KL(pi || ref) per token ("low_var_kl"), clamped to +-10."""
     log_ratio = torch.clamp(ref_logp - logp, -20, 20)
     return torch.clamp(torch.exp(log_ratio) - log_ratio - 1, -10, 10)
+
+
+KL_ESTIMATORS: dict[str, Callable] = {
+    "k1": lambda logp, ref_logp: logp - ref_logp,
+    "k2": lambda logp, ref_logp: 0.5 * (logp - ref_logp) ** 2,
+    "k3": kl_k3,
+}
+"""Per-token estimators of KL(pi || ref) from samples of pi (Schulman, "Approximating KL")."""
+
+
+def aggregation_weights(lengths: list[int], mode: str) -> list[float]:
+    """Per-sample token weight so that sum(weight * token loss) over a whole mini-batch is its
+    aggregated loss; the weights use the global counts, so any micro-batch split sums the same."""
+    n_tokens, n_seqs = sum(lengths), len(lengths)
+    if mode == "token-mean":
+        return [1.0 / max(n_tokens, 1)] * n_seqs
+    if mode == "seq-mean-token-mean":
+        return [1.0 / (max(n, 1) * n_seqs) for n in lengths]
+    if mode == "seq-mean-token-sum":
+        return [1.0 / n_seqs] * n_seqs
+    raise ValueError(f"unknown loss aggregation {mode!r}")
