@@ -8,24 +8,23 @@ import torch
 from safetensors.torch import load_file
 
 from agentrl.actor.batch import TokenBatch
+from agentrl.kernels import linear_logprob
 
 
 def response_logprobs(model, batch: TokenBatch, temperature: float = 1.0, entropy: bool = False):
-    """log p of the trained tokens, projecting only their hidden states through the lm_head.
-
-    Prompt positions never reach the output layer, so the (B, L, V) logits tensor is never built.
+    """log p (N,) of the trained tokens (and their entropy when asked), projecting only their
+    hidden states through the lm_head with the fused kernel: prompt positions never reach the
+    output layer, and not even the (N, V) logits of the trained tokens are materialised.
     """
     hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask
                                  ).last_hidden_state  # (B, L, H)
     hidden = hidden[:, :-1][batch.mask[:, 1:]]  # (N, H): position t-1 predicts token t
     targets = batch.input_ids[:, 1:][batch.mask[:, 1:]]  # (N,)
-    logits = model.get_output_embeddings()(hidden).float() / temperature  # (N, V)
-    logz = torch.logsumexp(logits, dim=-1)
-    logp = logits.gather(-1, targets[:, None]).squeeze(-1) - logz
-    ent = None
-    if entropy:
-        ent = logz - (torch.softmax(logits, -1) * logits).sum(-1)
-    return logp, ent
+    head = model.get_output_embeddings()
+    if getattr(head, "bias", None) is not None:
+        raise ValueError("the fused log-prob assumes an lm_head without bias")
+    logp, ent = linear_logprob(hidden, head.weight, targets, temperature)
+    return logp, (ent if entropy else None)
 
 
 class SingleActor:
