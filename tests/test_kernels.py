@@ -69,3 +69,36 @@ def test_actor_log_probs_through_the_triton_path(tiny_model_dir, monkeypatch):
         results[choice] = logp.detach(), entropy.detach(), model.lm_head.weight.grad.clone()
     for a, b in zip(results["torch"], results["triton"]):
         torch.testing.assert_close(a, b, atol=2e-4, rtol=2e-4)
+
+
+@pytest.mark.skipif(triton is None, reason="triton not installed")
+@pytest.mark.parametrize("dual_clip", [3.0, None])
+def test_seq_ratio_kernel_matches_pytorch(monkeypatch, dual_clip):
+    from agentrl.config import SeqRatioConfig
+    from agentrl.kernels.seq_ratio import seq_ratio_triton
+    from agentrl.losses.policy import seq_ratio
+
+    g = torch.Generator().manual_seed(3)
+    lengths = [1, 7, 130, 3, 40, 2]  # one action longer than the kernel's block
+    segments = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    n = segments.numel()
+    old = -torch.rand(n, generator=g) * 3
+    shift = torch.randn(n, generator=g) * 0.4 + 1.5 * (segments == 3)  # action 3: ratio ~4.5, A < 0
+    logp = (old + shift).requires_grad_()
+    adv = torch.tensor([2.0, -1.5, 0.7, -3.0, 1.0, -0.2])[segments]
+    up = torch.randn(n, generator=g)
+    config = SeqRatioConfig(clip_low=0.2, clip_high=0.28, dual_clip=dual_clip)
+
+    monkeypatch.setenv("AGENTRL_KERNELS", "torch")
+    ref, ref_counts = seq_ratio(logp, old, adv, segments, config)
+    (ref * up).sum().backward()
+    ref_grad, logp.grad = logp.grad.clone(), None
+    loss, counts = seq_ratio_triton(logp, old, adv, segments, config)
+    (loss * up).sum().backward()
+
+    torch.testing.assert_close(loss, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(logp.grad, ref_grad, atol=1e-5, rtol=1e-5)
+    assert set(counts) == set(ref_counts)
+    for key in counts:
+        assert counts[key].item() == ref_counts[key].item()
+    assert ref_counts["pg_clipfrac"] > 0 and (dual_clip is None or ref_counts["pg_clipfrac_dual"] == 3)

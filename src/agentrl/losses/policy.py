@@ -10,6 +10,9 @@ from typing import Callable
 
 import torch
 
+from agentrl.kernels import use_triton
+from agentrl.kernels.seq_ratio import seq_ratio_triton
+
 POLICY_LOSSES: dict[str, Callable] = {}
 
 
@@ -45,7 +48,10 @@ def seq_ratio(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
               config) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Sequence-level ratio (GAGPO / GSPO): s = exp(mean over the action's tokens of the log-ratio),
     clipped like PPO; every token of the action carries s and the action's advantage.
-    `segments` (N,) numbers the action of each token."""
+    `segments` (N,) numbers the action of each token. On CUDA the Triton kernel computes the
+    same in one pass (`agentrl.kernels.seq_ratio`)."""
+    if segments.numel() and use_triton(logp):
+        return seq_ratio_triton(logp, old_logp, advantages, segments, config)
     n = int(segments.max()) + 1 if segments.numel() else 0
     log_ratio = logp - old_logp
     sums = torch.zeros(n, dtype=log_ratio.dtype).index_add(0, segments, log_ratio)
