@@ -1,6 +1,8 @@
 """Kernels against a direct PyTorch expression: fp32 and bf16, odd shapes, temperature, gradients.
 The Triton path runs on CPU under TRITON_INTERPRET=1 (set before triton is imported: conftest)."""
 
+import importlib
+
 import pytest
 import torch
 
@@ -43,7 +45,7 @@ def test_linear_logprob_matches_direct_expression(impl, dtype, n, h, v, temperat
 
 
 def test_torch_path_chunks_rows(monkeypatch):
-    import agentrl.kernels.linear_logprob as module
+    module = importlib.import_module("agentrl.kernels.linear_logprob")  # the package re-exports a same-named function
     monkeypatch.setattr(module, "CHUNK_ROWS", 4)  # 11 rows -> 3 chunks, same result
     g = torch.Generator().manual_seed(0)
     hidden, weight = torch.randn(11, 16, generator=g), torch.randn(30, 16, generator=g)

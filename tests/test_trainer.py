@@ -89,3 +89,12 @@ def test_aux_loss_joins_the_update(tiny_model_dir, tmp_path):
     finally:
         trainer.close()
     assert metrics["aux/judge/loss"] > 0
+
+
+def test_kl_as_reward_penalty(tiny_model_dir, tmp_path):
+    config = small_config(tmp_path / "run", 2, kl_in_reward=True, kl_coef=0.5, kl_estimator="k1")
+    run(config, tiny_model_dir)
+    rows = read_metrics(tmp_path / "run" / "logs" / "metrics.jsonl")
+    assert rows[0]["rollout/kl_penalty"] == 0.0  # step 1 samples from the reference itself
+    assert rows[1]["rollout/kl_penalty"] != 0.0
+    assert "actor/kl" not in rows[1]  # not also a loss term

@@ -264,7 +264,10 @@ class RLConfig(Section):
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     """KL(pi || ref) per token: k1 = log-ratio, k2 = half squared log-ratio, k3 = low-variance."""
     kl_coef: float = Field(0.0, ge=0)
-    """Weight of the k3 KL to the frozen initial policy (0 loads no reference model)."""
+    """Weight of the KL to the frozen initial policy (0 loads no reference model)."""
+    kl_in_reward: bool = False
+    """Apply the KL as a reward penalty (kl_coef x the action's summed token KL, subtracted from
+    its step reward before the advantages) instead of as a loss term."""
     entropy_coef: float = Field(0.0, ge=0)
     advantage: AdvantageConfig = Field(default_factory=GRPOConfig)
     loss: PolicyLossConfig = Field(default_factory=PPOClipConfig)

@@ -96,15 +96,24 @@ class RLTrainer:
                                cfg.sampling, first_group_id=self.step * rl.tasks_per_step, timing=timing,
                                hint=hint)
         usable = [t for t in trajectories if not t.aborted]
-        advantages = compute_advantages(usable, rl.advantage)
-
-        samples = [TrainSample.from_turn(s.prompt_ids, s.response_ids, old_logprobs=s.logprobs,
-                                         advantages=[a] * len(s.response_ids))
-                   for t, values in zip(usable, advantages.values) for s, a in zip(t.steps, values)]
+        extra_metrics: dict[str, float] = {}
+        steps = [s for t in usable for s in t.steps]
+        samples = [TrainSample.from_turn(s.prompt_ids, s.response_ids, old_logprobs=s.logprobs) for s in steps]
         if self.reference is not None:
             start = time.perf_counter()
             self._add_reference_logprobs(samples)
             timing["ref"] = time.perf_counter() - start
+            if rl.kl_in_reward:  # KL(sampler || ref) of each action becomes part of its step penalty
+                kl = KL_ESTIMATORS[rl.kl_estimator]
+                penalties = [rl.kl_coef * kl(torch.tensor(sample.values["old_logprobs"]),
+                                             torch.tensor(sample.values["ref_logprobs"])).sum().item()
+                             for sample in samples]
+                for step_sample, penalty in zip(steps, penalties):
+                    step_sample.penalty += penalty
+                extra_metrics["rollout/kl_penalty"] = statistics.fmean(penalties) if penalties else 0.0
+        advantages = compute_advantages(usable, rl.advantage)
+        for sample, a in zip(samples, (a for values in advantages.values for a in values)):
+            sample.values["advantages"] = [a] * sample.n_targets
         start = time.perf_counter()
         aux_batches = {aux.name: aux.prepare(usable, step) for aux in self.aux_losses}
         aux_samples = {name: b.samples for name, b in aux_batches.items()}
@@ -136,7 +145,7 @@ class RLTrainer:
 
         n_updates = rl.epochs * max(1, -(-len(samples) // rl.mini_batch_size))
         n_tokens = rl.epochs * sum(s.n_targets for s in samples)
-        metrics = rollout_metrics(trajectories)
+        metrics = rollout_metrics(trajectories) | extra_metrics
         metrics.update(advantage_metrics([a for values in advantages.values for a in values]))
         metrics.update({f"adv/{k}": v for k, v in advantages.metrics.items()})
         for key, value in totals.items():
@@ -166,7 +175,7 @@ class RLTrainer:
             total = (weight * pg).sum()
             metrics = {"pg_loss": pg.sum().detach(), "entropy": entropy.sum().detach(),
                        **{k: c.detach() for k, c in counts.items()}}
-            if self.reference is not None:
+            if self.reference is not None and not rl.kl_in_reward:
                 kl = KL_ESTIMATORS[rl.kl_estimator](logp, v["ref_logprobs"])
                 total = total + rl.kl_coef * (weight * kl).sum()
                 metrics["kl"] = kl.sum().detach()
