@@ -21,3 +21,45 @@ def tiny_model_dir(tmp_path_factory):
     init_tiny_model(out, TinyModelConfig(layers=2, intermediate_size=256, corpus_episodes=60),
                     make_env(HouseholdEnvConfig()), PromptConfig(template=COMPACT, history_length=1))
     return out
+
+SHARED_DATA = __import__("pathlib").Path(__file__).resolve().parents[2] / "shared" / "data"
+ALFWORLD_ARCHIVE = SHARED_DATA / "alfworld" / "alfworld_json_2.1.1_slim.tar.xz"
+SCIENCEWORLD_SPLITS = SHARED_DATA / "scienceworld"
+
+
+@pytest.fixture(scope="session")
+def alfworld_data(tmp_path_factory):
+    """The slim ALFWorld game set, unpacked once for the session (a folder path)."""
+    pytest.importorskip("alfworld")
+    if not ALFWORLD_ARCHIVE.is_file():
+        pytest.skip(f"{ALFWORLD_ARCHIVE} not present")
+    from agentrl.envs.alfworld.games import resolve_data
+    cache = tmp_path_factory.mktemp("cache")
+    old = os.environ.get("AGENTRL_CACHE")
+    os.environ["AGENTRL_CACHE"] = str(cache)
+    try:
+        return str(resolve_data(str(ALFWORLD_ARCHIVE)))
+    finally:
+        os.environ.pop("AGENTRL_CACHE") if old is None else os.environ.__setitem__("AGENTRL_CACHE", old)
+
+
+@pytest.fixture(scope="session")
+def scienceworld_splits():
+    pytest.importorskip("scienceworld")
+    if not (SCIENCEWORLD_SPLITS / "L0_idx.json").is_file():
+        pytest.skip(f"{SCIENCEWORLD_SPLITS} not present")
+    return str(SCIENCEWORLD_SPLITS)
+
+
+def java_processes(marker: str = "scienceworld") -> list[int]:
+    """PIDs of running JVMs whose command line mentions `marker` (orphan checks)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace")
+            except OSError:
+                continue
+            if "java" in cmdline and marker in cmdline:
+                pids.append(int(entry))
+    return pids

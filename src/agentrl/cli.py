@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judgments", type=int, default=None,
                    help="judgment examples appended for the GCD cold start (default: the recipe's sft.judgments)")
 
+    p = sub.add_parser("prepare", help="set up the recipe's environment data once (ALFWorld: unpack, build game files)")
+    _recipe_args(p)
+
     p = sub.add_parser("sft", help="supervised fine-tuning on a JSONL chat dataset")
     _recipe_args(p)
     p.add_argument("--data", required=True)
@@ -124,6 +127,17 @@ def _dispatch(args, config) -> int:
         if judgments:
             stats.update(collect_judgment_data(env, config.prompt, judgments, args.out, config.seed))
         print(json.dumps(stats))
+    elif args.command == "prepare":
+        env = make_env(config.env)
+        try:
+            counts = {split: len(env.split_tasks(split)) for split in ("train", "l0", "l1", "l2")}
+            if config.env.type == "alfworld":
+                from agentrl.envs.alfworld.games import game_file
+                for game in {g for split in ("train", "l0", "l1") for g in env.split_tasks(split)}:
+                    game_file(env.root, game)
+        finally:
+            env.close()
+        print(json.dumps({"env": config.env.type, "tasks": counts}))
     elif args.command == "sft":
         from agentrl.config import SFTConfig
         from agentrl.models import load_model, load_tokenizer

@@ -41,7 +41,43 @@ class HouseholdEnvConfig(Section):
     """Surface kinds rooms draw from (first N of 12); None: all."""
 
 
-EnvConfig = Annotated[Union[HouseholdEnvConfig], Field(discriminator="type")]
+class AlfWorldEnvConfig(Section):
+    """ALFWorld 0.4.2 (TextWorld engine; `pip install agentrl[alfworld]`). Splits: train, L0 =
+    valid_seen, L1 = valid_unseen, L2 = cool and pick-two games of valid_unseen."""
+
+    type: Literal["alfworld"] = "alfworld"
+    data: str | None = None
+    """Game data: a folder holding json_2.1.1/ (alfworld-download layout) or the slim archive
+    (unpacked once into $AGENTRL_CACHE, default ~/.cache/agentrl); None reads $ALFWORLD_DATA."""
+    max_steps: int = Field(50, ge=1)
+    """Step limit (50; 30 in the RLVMR / GCD protocol)."""
+    train_task_types: list[str] | None = None
+    """Task types of the train split (None: all six). For the L2 protocol, the four types other
+    than pick_cool_then_place_in_recep and pick_two_obj_and_place."""
+    expert: Literal["planner", "handcoded"] = "planner"
+    """Expert for SFT data: the PDDL planner (exact) or ALFWorld's hand-coded agent (fails some)."""
+
+
+class ScienceWorldEnvConfig(Section):
+    """ScienceWorld (`pip install agentrl[scienceworld]`, needs Java 11+), RLVMR splits."""
+
+    type: Literal["scienceworld"] = "scienceworld"
+    splits_dir: str | None = None
+    """Folder holding L0_idx.json, L1_idx.json, L2_idx.json ({"train": [[task, variation], ...],
+    "test": [...]}); the L0/L1/L2 evaluation splits are their "test" lists."""
+    train_split: Literal["l0", "l1", "l2"] = "l0"
+    """Whose "train" list is the train split (L0 and L1 share one; L2 holds out 10 task types)."""
+    max_steps: int = Field(30, ge=1)
+    simplification: str = "easy"
+    """ScienceWorld simplification string (comma-separated; "" for none)."""
+    jvm_heap: str = "512m"
+    """-Xmx of each environment's JVM (one JVM per environment)."""
+    objects_budget: int = Field(1500, ge=100)
+    """Characters of the objects-in-view list in a prompt (longer lists are cut)."""
+
+
+EnvConfig = Annotated[Union[HouseholdEnvConfig, AlfWorldEnvConfig, ScienceWorldEnvConfig],
+                      Field(discriminator="type")]
 
 
 # --- model, prompt, sampling -------------------------------------------------------------------
@@ -281,7 +317,12 @@ class RLConfig(Section):
     keep_last: int = Field(2, ge=1)
     """Checkpoints kept on disk."""
     workers: int = Field(0, ge=0)
-    """Environment worker processes (0: environments run in the trainer process)."""
+    """Environment worker processes (0: environments run in the trainer process). With at least
+    tasks_per_step x group_size, every environment has its own process, and a crash or hang
+    aborts only its own episode."""
+    env_step_timeout_s: float = Field(60.0, gt=0)
+    """A worker that takes longer for one step is killed and replaced (its episodes aborted)."""
+    env_reset_timeout_s: float = Field(300.0, gt=0)
 
 
 class SFTConfig(Section):
@@ -322,7 +363,7 @@ class Config(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
 
 
-TAGS = {"household", "grpo", "rloo", "gigpo", "gagpo", "ppo_clip", "seq_ratio", "chat_sft", "gcd"}
+TAGS = {"household", "alfworld", "scienceworld", "grpo", "rloo", "gigpo", "gagpo", "ppo_clip", "seq_ratio", "chat_sft", "gcd"}
 """Discriminator values pydantic puts in error locations; dropped from the field path."""
 
 

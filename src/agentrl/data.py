@@ -11,13 +11,17 @@ from agentrl.rollout.types import StepSample, Trajectory
 
 
 def expert_episode(env, task_id: str, prompt) -> list[dict]:
-    """The chat examples of one expert episode, or [] if the expert failed it."""
+    """The chat examples of one expert episode, or [] if the expert failed it (or, like ALFWorld's
+    hand-coded agent, found no move)."""
     obs = env.reset(task_id)
     history: list[HistoryEntry] = []
     examples = []
     for step in range(env.max_steps):
         user = render_prompt(prompt.template, obs, history, step, prompt.history_length)
-        thought, action = env.expert_action()
+        try:
+            thought, action = env.expert_action()
+        except RuntimeError:
+            return []
         examples.append({"task_id": task_id, "messages": [
             {"role": "user", "content": user},
             {"role": "assistant", "content": format_response(thought, action)},

@@ -22,6 +22,9 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
 
 
 def summarize(trajectories) -> dict:
+    """Success over the episodes that finished; aborted ones (a worker failed) are counted apart."""
+    aborted = sum(t.aborted for t in trajectories)
+    trajectories = [t for t in trajectories if not t.aborted]
     n = len(trajectories)
     wins = sum(t.success for t in trajectories)
     steps = [s for t in trajectories for s in t.steps]
@@ -35,6 +38,7 @@ def summarize(trajectories) -> dict:
         "invalid_rate": sum(not s.valid for s in steps) / max(len(steps), 1),
         "repeated_rate": sum(t.repeated_actions for t in trajectories) / max(len(steps), 1),
         "mean_length": len(steps) / max(n, 1),
+        "aborted": aborted,
     }
 
 

@@ -38,7 +38,7 @@ def _cached_eval(config: Config, model_path: str, out_dir: Path) -> dict:
     done = out_dir / "results.json"
     if done.exists():
         return json.loads(done.read_text())
-    return evaluate_checkpoint(config, model_path, out_dir)
+    return evaluate_checkpoint(config, model_path, out_dir, config.rl.workers if config.rl else 0)
 
 
 def run_pipeline(config: Config, resume: bool = True) -> dict:
@@ -51,7 +51,11 @@ def run_pipeline(config: Config, resume: bool = True) -> dict:
     if config.init is not None and not (Path(model_path) / "config.json").exists():
         from agentrl.envs import make_env
         console.print(f"[bold]init[/] tiny model -> {model_path}")
-        init_tiny_model(model_path, config.init, make_env(config.env), config.prompt, config.seed)
+        env = make_env(config.env)
+        try:
+            init_tiny_model(model_path, config.init, env, config.prompt, config.seed)
+        finally:
+            env.close()
 
     phases = {"initial": _cached_eval(config, model_path, run_dir / "eval" / "initial")}
     _print_phase("initial", phases["initial"])
@@ -65,9 +69,13 @@ def run_pipeline(config: Config, resume: bool = True) -> dict:
                 from agentrl.envs import make_env
                 data = sft_dir / "data.jsonl"
                 env = make_env(config.env)
-                stats = collect_expert_data(env, config.prompt, config.sft.episodes, data, config.seed)
-                if config.sft.judgments:
-                    stats.update(collect_judgment_data(env, config.prompt, config.sft.judgments, data, config.seed))
+                try:
+                    stats = collect_expert_data(env, config.prompt, config.sft.episodes, data, config.seed)
+                    if config.sft.judgments:
+                        stats.update(collect_judgment_data(env, config.prompt, config.sft.judgments, data,
+                                                           config.seed))
+                finally:
+                    env.close()
                 console.print(f"[bold]expert data[/] {stats} -> {data}")
             tracker = Tracker(sft_dir / "logs")
             try:

@@ -34,7 +34,8 @@ def render_prompt(template: str, obs: Observation, history: list[HistoryEntry], 
     recent = history[-history_length:] if history_length > 0 else []
     lines = [f"Observation: {h.observation}\nAction: {h.action}" for h in recent]
     return template.format(task=obs.task, step=step, history="\n".join(lines) or "(none)",
-                           observation=obs.text, actions=", ".join(obs.admissible_actions))
+                           observation=obs.text,
+                           actions=obs.actions_text or ", ".join(obs.admissible_actions))
 
 
 def format_response(thought: str, action: str) -> str:

@@ -49,6 +49,7 @@ def rollout_metrics(trajectories) -> dict[str, float]:
         "rollout/repeated_rate": sum(t.repeated_actions for t in trajectories) / max(len(steps), 1),
         "rollout/response_tokens": statistics.fmean(len(s.response_ids) for s in steps) if steps else 0.0,
         "rollout/aborted": float(sum(t.aborted for t in trajectories)),
+        "rollout/dropped_groups": float(len({t.group_id for t in trajectories if t.aborted})),
     }
 
 
@@ -70,7 +71,7 @@ class RLTrainer:
         self.reference = None
         if self.rl.kl_coef > 0:
             self.reference = load_model(model_path, config.model.dtype).eval().requires_grad_(False)
-        self.pool = EnvPool(config.env, self.rl.workers)
+        self.pool = EnvPool(config.env, self.rl.workers, self.rl.env_step_timeout_s, self.rl.env_reset_timeout_s)
         self.aux_losses = list(aux_losses) if aux_losses is not None else [
             build_aux_loss(aux, self.sampler, self.tokenizer, config.seed) for aux in self.rl.aux]
         self.judge = next((a for a in self.aux_losses if isinstance(a, GCDLoss)), None)
@@ -95,7 +96,10 @@ class RLTrainer:
         trajectories = collect(self.pool, self.sampler, self.tokenizer, tasks, rl.group_size, cfg.prompt,
                                cfg.sampling, first_group_id=self.step * rl.tasks_per_step, timing=timing,
                                hint=hint)
-        usable = [t for t in trajectories if not t.aborted]
+        # An aborted episode leaves its group: the group baseline of the others would be biased
+        # (a crash can correlate with the outcome), so the whole group sits this step out.
+        broken = {t.group_id for t in trajectories if t.aborted}
+        usable = [t for t in trajectories if t.group_id not in broken]
         extra_metrics: dict[str, float] = {}
         steps = [s for t in usable for s in t.steps]
         samples = [TrainSample.from_turn(s.prompt_ids, s.response_ids, old_logprobs=s.logprobs) for s in steps]

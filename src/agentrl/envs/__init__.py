@@ -8,6 +8,8 @@ from agentrl.envs.base import Environment, Observation, StepResult
 
 ENVIRONMENTS = {
     "household": "agentrl.envs.household:HouseholdEnv",
+    "alfworld": "agentrl.envs.alfworld:AlfWorldEnv",
+    "scienceworld": "agentrl.envs.scienceworld:ScienceWorldEnv",
 }
 
 

@@ -22,6 +22,9 @@ class Observation:
     anchor: str
     """Key for grouping identical states across rollouts of one task (GiGPO / GAGPO)."""
     info: dict = field(default_factory=dict)
+    actions_text: str | None = None
+    """How a prompt lists the admissible actions, where a flat list would not fit (ScienceWorld);
+    None: the comma-joined `admissible_actions`."""
 
 
 @dataclass

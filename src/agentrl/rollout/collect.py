@@ -1,6 +1,7 @@
 """The rollout loop: K episodes per task, all active episodes sampled in one batch per step.
 
-Finished episodes stop generating; the loop ends when every episode is done.
+Finished episodes stop generating; the loop ends when every episode is done. An episode whose
+environment worker failed is marked aborted and stops there.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ def collect(pool, sampler, tokenizer, tasks: list[str], group_size: int, prompt,
     timing["env"] = timing.get("env", 0.0) + time.perf_counter() - start
     for e in episodes:
         e.observation = observations[e.slot]
+        e.trajectory.aborted = e.observation is None
 
-    active = list(episodes)
+    active = [e for e in episodes if not e.trajectory.aborted]
     for step in range(pool.max_steps):
         if not active:
             break
@@ -74,6 +76,9 @@ def collect(pool, sampler, tokenizer, tasks: list[str], group_size: int, prompt,
         still = []
         for e in active:
             result = results[e.slot]
+            if result is None:
+                e.trajectory.aborted = True
+                continue
             sample = e.trajectory.steps[-1]
             sample.reward = result.reward
             sample.progress = result.info.get("progress")

@@ -1,0 +1,3 @@
+from agentrl.envs.alfworld.env import AlfWorldEnv
+
+__all__ = ["AlfWorldEnv"]

@@ -1,0 +1,136 @@
+"""ALFWorld (TextWorld engine) behind the environment protocol.
+
+One game per episode; reward 10 on success (the step the task is won), else 0. The observation
+is the engine's text; the first one drops the welcome banner and the task sentence (the task is
+its own field). Admissible actions are the engine's, minus `help`. The expert is ALFWorld's own:
+the PDDL planner (exact, re-planned every step) or the hand-coded agent (stochastic, fails
+sometimes). The planner plans on demand, when the expert is asked for a move and the agent left
+the last plan; RL pays nothing for it (re-planning every step, as textworld's `policy_commands`
+does, costs seconds a step on the heat/cool games).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from agentrl.envs.alfworld.games import (L2_TYPES, TASK_TYPES, eval_order, game_file, list_games,
+                                         resolve_data, task_type)
+from agentrl.envs.base import Observation, StepResult
+
+SUCCESS_REWARD = 10.0
+NOTHING = "Nothing happens."
+TASK_MARKER = "Your task is to: "
+USELESS_VERBS = ("look", "inventory", "examine")
+"""Moves that never change the world: never progress (a GCD "env" label of bad)."""
+
+
+def split_intro(feedback: str) -> tuple[str, str]:
+    """(observation, task) of the first feedback: '-= Welcome ... =-\\n\\n<room>\\n\\nYour task is to: <task>'."""
+    text = feedback.split("=-", 1)[-1] if feedback.lstrip().startswith("-=") else feedback
+    room, _, task = text.partition(TASK_MARKER)
+    return room.strip(), task.strip()
+
+
+def expert_thought(action: str) -> str:
+    verb = action.split(" ", 1)[0]
+    return {"go": "I need to look there next.", "take": "This is the object I need.",
+            "open": "I open it to see inside.", "move": "I put the object where the task wants it.",
+            "use": "I turn on the light to look at the object."}.get(verb, f"Next I {verb} it.")
+
+
+class AlfWorldEnv:
+    def __init__(self, data: str | None = None, max_steps: int = 50,
+                 train_task_types: list[str] | None = None, expert: str = "planner"):
+        import textworld
+        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert
+        from textworld.envs import PddlEnv
+
+        self.root: Path = resolve_data(data)
+        self.max_steps = max_steps
+        self.train_types = tuple(train_task_types or TASK_TYPES)
+        unknown = set(self.train_types) - set(TASK_TYPES)
+        if unknown:
+            raise ValueError(f"unknown ALFWorld task types {sorted(unknown)}; valid: {list(TASK_TYPES)}")
+        if expert not in ("planner", "handcoded"):
+            raise ValueError(f"unknown ALFWorld expert {expert!r}; choose planner or handcoded")
+        self.expert = expert
+        self._pddl = PddlEnv(textworld.EnvInfos(won=True, admissible_commands=True))
+        self._env = AlfredDemangler(self._pddl, shuffle=False)
+        if expert == "handcoded":
+            self._env = AlfredExpert(self._env, expert_type="handcoded")
+        self._plan: list[str] = []
+        self._splits: dict[str, list[str]] = {}
+        self.game_id: str | None = None
+
+    # --- tasks ---------------------------------------------------------------------------------
+    def split_tasks(self, split: str) -> list[str]:
+        if split not in ("train", "l0", "l1", "l2"):
+            raise ValueError(f"unknown split {split!r}; ALFWorld splits are train, l0, l1, l2")
+        if split not in self._splits:
+            games = list_games(self.root, split, self.train_types if split == "train" else TASK_TYPES)
+            self._splits[split] = games if split == "train" else eval_order(games)
+        return self._splits[split]
+
+    def sample_tasks(self, split: str, n: int, rng: random.Random) -> list[str]:
+        tasks = self.split_tasks(split)
+        return [tasks[rng.randrange(len(tasks))] for _ in range(n)]
+
+    def task_type(self, task_id: str) -> str:
+        return task_type(task_id)
+
+    # --- episode -------------------------------------------------------------------------------
+    def reset(self, task_id: str) -> Observation:
+        self._env.load(str(game_file(self.root, task_id)))
+        self.game_id, self.steps, self._plan = task_id, 0, []
+        self.state = self._env.reset()
+        text, self.task = split_intro(self.state.feedback)
+        return self._observation(text)
+
+    def step(self, action: str | None) -> StepResult:
+        assert self.game_id is not None, "reset() before step()"
+        self.steps += 1
+        admissible = action is not None and action in self.state.admissible_commands
+        progress = self._progress(action, admissible)
+        self._plan = self._plan[1:] if self._plan and action == self._plan[0] else []
+        if action is None:
+            text = NOTHING  # no parseable action: the engine gets no command, the step still counts
+        else:
+            self.state, _, _ = self._env.step(action)
+            text = self.state.feedback.strip()
+        success = bool(self.state["won"])
+        done = success or self.steps >= self.max_steps
+        return StepResult(self._observation(text), SUCCESS_REWARD if success else 0.0, done, success,
+                          {"admissible": admissible, "task_type": task_type(self.game_id), "progress": progress})
+
+    def close(self) -> None:
+        self._env.close()
+
+    def _observation(self, text: str) -> Observation:
+        actions = [a for a in self.state.admissible_commands if a != "help"]
+        return Observation(text=text, task=self.task, admissible_actions=actions, anchor=text,
+                           info={"task_type": task_type(self.game_id)})
+
+    # --- expert --------------------------------------------------------------------------------
+    def _progress(self, action: str | None, admissible: bool) -> bool | None:
+        """GCD "env" label: inadmissible and look/inventory/examine moves are bad; the expert's
+        move is good while the agent follows a plan the expert made; else unknown."""
+        if not admissible:
+            return False
+        if self._plan and action == self._plan[0]:
+            return True
+        return False if action.split(" ", 1)[0] in USELESS_VERBS else None
+
+    def expert_action(self) -> tuple[str, str]:
+        if self.expert == "handcoded":
+            plan = self.state.get("extra.expert_plan") or []
+        else:
+            if not self._plan:  # the same call textworld makes for `policy_commands`
+                self._plan = list(self._pddl._pddl_state.replan(self._pddl._entity_infos) or [])
+            plan = self._plan
+        if not plan or plan[0] not in self.state.admissible_commands:
+            raise RuntimeError(f"ALFWorld game {self.game_id}: the {self.expert} expert has no move from here")
+        return expert_thought(plan[0]), plan[0]
+
+
+__all__ = ["AlfWorldEnv", "L2_TYPES", "TASK_TYPES"]

@@ -1,0 +1,3 @@
+from agentrl.envs.scienceworld.env import ScienceWorldEnv
+
+__all__ = ["ScienceWorldEnv"]

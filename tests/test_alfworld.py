@@ -1,0 +1,81 @@
+"""The real ALFWorld engine (TextWorld) on the shared slim game set."""
+
+import random
+
+import pytest
+
+from agentrl.envs.alfworld import AlfWorldEnv
+from agentrl.envs.alfworld.games import L2_TYPES, TASK_TYPES, game_file, resolve_data, task_type
+
+
+@pytest.fixture(scope="module")
+def env(alfworld_data):
+    env = AlfWorldEnv(data=alfworld_data)
+    yield env
+    env.close()
+
+
+def play_expert(env, game):
+    obs = env.reset(game)
+    for _ in range(env.max_steps):
+        result = env.step(env.expert_action()[1])
+        if result.done:
+            return result.success
+    return False
+
+
+def test_splits_have_the_documented_sizes_and_do_not_overlap(env, alfworld_data):
+    sizes = {split: len(env.split_tasks(split)) for split in ("train", "l0", "l1", "l2")}
+    assert sizes == {"train": 3553, "l0": 140, "l1": 134, "l2": 38}
+    train, l0, l1, l2 = (set(env.split_tasks(s)) for s in ("train", "l0", "l1", "l2"))
+    assert not train & l0 and not train & l1 and not l0 & l1 and l2 <= l1
+    assert {task_type(g) for g in l2} == set(L2_TYPES)
+    four = AlfWorldEnv(data=alfworld_data, train_task_types=[t for t in TASK_TYPES if t not in L2_TYPES])
+    assert {task_type(g) for g in four.split_tasks("train")} == set(TASK_TYPES) - set(L2_TYPES)
+    four.close()
+
+
+def test_planner_expert_solves_unseen_games(env):
+    games = random.Random(0).sample(env.split_tasks("l1"), 10)
+    solved = sum(play_expert(env, g) for g in games)
+    assert solved >= 0.95 * len(games), f"planner solved {solved}/{len(games)}"
+
+
+def test_observation_prompt_fields_and_invalid_step(env):
+    obs = env.reset(env.split_tasks("l0")[0])
+    assert obs.task and not obs.text.startswith("-=") and "Your task is to" not in obs.text
+    assert "help" not in obs.admissible_actions and obs.anchor == obs.text
+    result = env.step(None)
+    assert result.observation.text == "Nothing happens." and not result.done
+    assert result.reward == 0 and result.info["admissible"] is False and result.info["progress"] is False
+    result = env.step("look")
+    assert result.info["progress"] is False  # never progress
+
+
+def test_success_pays_ten_and_ends_the_episode(env):
+    game = env.split_tasks("l1")[3]
+    env.reset(game)
+    rewards = []
+    while True:
+        result = env.step(env.expert_action()[1])
+        rewards.append(result.reward)
+        if result.done:
+            break
+    assert result.success and rewards[-1] == 10.0 and sum(rewards) == 10.0
+
+
+def test_missing_or_corrupt_game_names_the_file(alfworld_data, tmp_path):
+    with pytest.raises(ValueError, match="missing .*initial_state.pddl"):
+        game_file(tmp_path, "valid_seen/pick_and_place_simple-X-None-Y-1/trial_1")
+    game = tmp_path / "json_2.1.1" / "valid_seen" / "pick_and_place_simple-X-None-Y-1" / "trial_1"
+    game.mkdir(parents=True)
+    (game / "initial_state.pddl").write_text("(define)")
+    (game / "traj_data.json").write_text("{not json")
+    with pytest.raises(ValueError, match="corrupt .*traj_data.json"):
+        game_file(tmp_path, "valid_seen/pick_and_place_simple-X-None-Y-1/trial_1")
+    with pytest.raises(ValueError, match="does not exist"):
+        resolve_data(str(tmp_path / "nowhere.tar.xz"))
+    bad = tmp_path / "bad.tar.xz"
+    bad.write_bytes(b"not an archive")
+    with pytest.raises(ValueError, match="cannot unpack"):
+        resolve_data(str(bad))
