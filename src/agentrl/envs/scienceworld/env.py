@@ -101,11 +101,13 @@ class ScienceWorldEnv:
         self.steps += 1
         on_gold = self.expert_step < len(self.gold) and action == self.gold[self.expert_step]
         self.expert_step = self.expert_step + 1 if on_gold else len(self.gold)  # off the path: no expert
+        previous = self.score
         if action is None:
-            text, reward, engine_done = NOT_UNDERSTOOD, 0.0, False
+            text, engine_done = NOT_UNDERSTOOD, False
         else:
-            text, reward, engine_done, self.info = self._engine.step(action)
+            text, _, engine_done, self.info = self._engine.step(action)
             self.score = self.info["score"]
+        reward = self.score - previous  # from 0 at reset: the points of the reset's own look count
         understood = action is not None and not text.startswith(NOT_UNDERSTOOD)
         success = self.score >= 100
         done = success or engine_done or self.score < 0 or self.steps >= self.max_steps
