@@ -33,7 +33,7 @@ CONFIGS = {
 }
 
 
-def measure(config, workers: int, rounds: int, seed: int = 0) -> dict:
+def measure(config, workers: int, rounds: int, warmup: int = 5, seed: int = 0) -> dict:
     slots = max(workers, 1)
     rng = random.Random(seed)
     with EnvPool(config, workers) as pool:
@@ -41,8 +41,10 @@ def measure(config, workers: int, rounds: int, seed: int = 0) -> dict:
         start = time.perf_counter()
         observations = pool.reset(dict(enumerate(tasks)))
         reset_s = time.perf_counter() - start
-        steps, start = 0, time.perf_counter()
-        for _ in range(rounds):
+        steps = 0
+        for round_ in range(warmup + rounds):  # warm-up rounds first (the JVM's JIT), untimed
+            if round_ == warmup:
+                steps, start = 0, time.perf_counter()
             actions = {s: rng.choice(o.admissible_actions) for s, o in observations.items()}
             results = pool.step(actions)
             steps += len(results)

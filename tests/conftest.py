@@ -63,3 +63,18 @@ def java_processes(marker: str = "scienceworld") -> list[int]:
             if "java" in cmdline and marker in cmdline:
                 pids.append(int(entry))
     return pids
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_orphan_processes():
+    """After the whole session: no worker process or JVM that a test started is still running."""
+    import multiprocessing
+    import time
+
+    before = set(java_processes())
+    yield
+    deadline = time.monotonic() + 20
+    while (multiprocessing.active_children() or set(java_processes()) - before) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not multiprocessing.active_children(), "worker processes left running"
+    assert not set(java_processes()) - before, "JVMs left running"
