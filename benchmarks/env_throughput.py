@@ -14,15 +14,14 @@ Rows are appended to benchmarks/results/env_throughput.csv.
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import random
-import subprocess
 import time
 from pathlib import Path
 
 from agentrl.config import AlfWorldEnvConfig, HouseholdEnvConfig, ScienceWorldEnvConfig
 from agentrl.envs.pool import EnvPool
+from results_csv import append_rows, commit
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 CONFIGS = {
@@ -61,7 +60,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "env_throughput.csv"))
     args = parser.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     rows = []
     for engine in args.engines:
         base = None
@@ -70,19 +68,12 @@ def main() -> None:
             if workers == 1:
                 base = r["steps_per_s"]
             efficiency = r["steps_per_s"] / (workers * base) if workers >= 1 and base else None
-            rows.append({"engine": engine, "cpus": os.cpu_count(), "commit": commit, "workers": workers,
+            rows.append({"engine": engine, "cpus": os.cpu_count(), "commit": commit(), "workers": workers,
                          "slots": r["slots"], "steps": r["steps"], "steps_per_s": round(r["steps_per_s"], 1),
                          "reset_s_per_env": round(r["reset_s_per_env"], 3),
                          "efficiency": None if efficiency is None else round(efficiency, 2)})
             print(rows[-1], flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    new = not out.exists()
-    with out.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
+    append_rows(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ are to naive. On a GPU the achieved TFLOP/s counts the 2*N*H*V forward floor x 3
 from __future__ import annotations
 
 import argparse
-import csv
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 import torch
 
 from agentrl.kernels.linear_logprob import linear_logprob_torch, linear_logprob_triton, triton
+from results_csv import append_rows, commit
 
 
 def naive(h, w, t):
@@ -97,13 +97,6 @@ def inputs(n: int, hdim: int, v: int, device: str, dtype):
     return h, w, torch.randint(0, v, (n,), generator=g).to(device)
 
 
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, nargs="+", default=[512, 2048])
@@ -133,14 +126,7 @@ def main() -> None:
                              "ms": round(seconds * 1e3, 2), "peak_gib": round(peak, 3),
                              "time_vs_naive": round(seconds / base_time, 3), "tflops": round(tflops, 3)})
                 print(rows[-1])
-    path = Path(args.csv)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists()
-    with path.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
+    append_rows(args.csv, rows)
 
 
 if __name__ == "__main__":

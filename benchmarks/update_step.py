@@ -15,8 +15,6 @@ benchmarks/results/update_step.csv.
 from __future__ import annotations
 
 import argparse
-import csv
-import subprocess
 import time
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agentrl.actor.batch import TrainSample, collate
 from agentrl.actor.single import response_logprobs
+from results_csv import append_rows, commit
 
 
 def before(model, batch):
@@ -76,21 +75,14 @@ def main() -> None:
     torch.testing.assert_close(before(model, batch), after(model, batch), atol=1e-3, rtol=1e-3)
     projected = {"before": batch.input_ids.numel(), "after": batch.n_tokens}
     seconds = {name: timed(fn, model, batch, args.repeats) for name, fn in (("before", before), ("after", after))}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    rows = [{"device": device, "torch": torch.__version__, "commit": commit, "vocab": args.vocab,
+    rows = [{"device": device, "torch": torch.__version__, "commit": commit(), "vocab": args.vocab,
              "hidden": args.hidden, "layers": args.layers, "samples": args.samples, "prompt": args.prompt,
              "response": args.response, "method": name, "tokens_projected": projected[name],
              "seconds": round(seconds[name], 4), "time_vs_before": round(seconds[name] / seconds["before"], 3)}
             for name in ("before", "after")]
     for row in rows:
         print(row)
-    out = Path(args.out)
-    new = not out.exists()
-    with out.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
+    append_rows(args.out, rows)
 
 
 if __name__ == "__main__":
