@@ -25,6 +25,7 @@ from agentrl.analysis.coupling import Pair, gradient_similarity
 from agentrl.config import HouseholdEnvConfig, PromptConfig
 from agentrl.data import _play
 from agentrl.envs import make_env
+from agentrl.envs.base import sample_tasks
 from agentrl.models import load_model, load_tokenizer
 from agentrl.prompting import format_response
 
@@ -33,7 +34,7 @@ def agent_sets(n: int, seed: int) -> dict[str, list[Pair]]:
     env, prompt, rng = make_env(HouseholdEnvConfig()), PromptConfig(), random.Random(seed)
     sets = {k: [] for k in ("pos_id", "neg_id", "pos_ood", "neg_ood")}
     for split, domain in (("train", "id"), ("l2", "ood")):
-        for task in env.sample_tasks(split, 200, rng):
+        for task in sample_tasks(env, split, 200, rng):
             if len(sets[f"pos_{domain}"]) >= n and len(sets[f"neg_{domain}"]) >= n:
                 break
             expert = _play(env, task, prompt, lambda obs: env.expert_action()[1])

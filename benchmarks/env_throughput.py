@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from agentrl.config import AlfWorldEnvConfig, HouseholdEnvConfig, ScienceWorldEnvConfig
+from agentrl.envs.base import sample_tasks
 from agentrl.envs.pool import EnvPool
 from results_csv import append_rows, commit
 
@@ -36,7 +37,7 @@ def measure(config, workers: int, rounds: int, warmup: int = 5, seed: int = 0) -
     slots = max(workers, 1)
     rng = random.Random(seed)
     with EnvPool(config, workers) as pool:
-        tasks = pool.local.sample_tasks("train", slots, rng)
+        tasks = sample_tasks(pool.local, "train", slots, rng)
         start = time.perf_counter()
         observations = pool.reset(dict(enumerate(tasks)))
         reset_s = time.perf_counter() - start

@@ -34,13 +34,9 @@ def alfworld_data(tmp_path_factory):
     if not ALFWORLD_ARCHIVE.is_file():
         pytest.skip(f"{ALFWORLD_ARCHIVE} not present")
     from agentrl.envs.alfworld.games import resolve_data
-    cache = tmp_path_factory.mktemp("cache")
-    old = os.environ.get("AGENTRL_CACHE")
-    os.environ["AGENTRL_CACHE"] = str(cache)
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AGENTRL_CACHE", str(tmp_path_factory.mktemp("cache")))
         return str(resolve_data(str(ALFWORLD_ARCHIVE)))
-    finally:
-        os.environ.pop("AGENTRL_CACHE") if old is None else os.environ.__setitem__("AGENTRL_CACHE", old)
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ def env(alfworld_data):
 
 
 def play_expert(env, game):
-    obs = env.reset(game)
+    env.reset(game)
     for _ in range(env.max_steps):
         result = env.step(env.expert_action()[1])
         if result.done:
@@ -64,7 +64,8 @@ def test_success_pays_ten_and_ends_the_episode(env):
     assert result.success and rewards[-1] == 10.0 and sum(rewards) == 10.0
 
 
-def test_missing_or_corrupt_game_names_the_file(alfworld_data, tmp_path):
+def test_missing_or_corrupt_game_names_the_file(alfworld_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path / "cache"))
     with pytest.raises(ValueError, match="missing .*initial_state.pddl"):
         game_file(tmp_path, "valid_seen/pick_and_place_simple-X-None-Y-1/trial_1")
     game = tmp_path / "json_2.1.1" / "valid_seen" / "pick_and_place_simple-X-None-Y-1" / "trial_1"

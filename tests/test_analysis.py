@@ -11,6 +11,7 @@ from agentrl.cli import main
 from agentrl.config import HouseholdEnvConfig, PromptConfig
 from agentrl.data import _play
 from agentrl.envs import make_env
+from agentrl.envs.base import sample_tasks
 from agentrl.models import load_model, load_tokenizer
 from agentrl.rollout.types import StepSample, Trajectory
 
@@ -56,7 +57,7 @@ def test_repetition_stats_by_hand():
 def test_analyze_cli_on_recorded_trajectories(tiny_model_dir, tmp_path):
     env, prompt, rng = make_env(HouseholdEnvConfig()), PromptConfig(template=COMPACT, history_length=1), random.Random(0)
     rows = []
-    for i, task in enumerate(env.sample_tasks("train", 6, rng)):
+    for i, task in enumerate(sample_tasks(env, "train", 6, rng)):
         policy = (lambda obs: env.expert_action()[1]) if i % 2 else (lambda obs: rng.choice(obs.admissible_actions))
         t = _play(env, task, prompt, policy)
         rows.append({"task_id": t.task_id, "task_type": t.task_type, "success": t.success, "steps": [

@@ -1,12 +1,11 @@
 import json
 import random
 import threading
-from pathlib import Path
 
 import pytest
 import torch
 
-from agentrl.actor.batch import TrainSample, micro_batches
+from agentrl.actor.batch import micro_batches
 from agentrl.config import (GCDAuxConfig, HouseholdEnvConfig, JudgeEndpointConfig, PromptConfig, SFTConfig,
                             validate_config)
 from agentrl.data import collect_judgment_data, read_chat_dataset

@@ -2,6 +2,7 @@ import random
 
 import pytest
 
+from agentrl.envs.base import sample_tasks
 from agentrl.envs.household import HouseholdEnv
 from agentrl.envs.household.world import HELD_OUT_TYPES, IN_DOMAIN_TYPES, make_task
 
@@ -11,7 +12,7 @@ def test_expert_solves_every_sampled_task_of_every_split(difficulty):
     env = HouseholdEnv(difficulty)
     rng = random.Random(1)
     for split in ["train", "l0", "l1", "l2"]:
-        for task_id in env.sample_tasks(split, 150, rng):
+        for task_id in sample_tasks(env, split, 150, rng):
             obs, done = env.reset(task_id), False
             while not done:
                 _, action = env.expert_action()
@@ -94,7 +95,7 @@ def test_random_play_never_breaks_the_progress_labels():
     env = HouseholdEnv(difficulty="medium")
     rng = random.Random(0)
     labels = set()
-    for task in env.sample_tasks("train", 200, rng):
+    for task in sample_tasks(env, "train", 200, rng):
         obs = env.reset(task)
         for _ in range(env.max_steps):
             result = env.step(rng.choice(obs.admissible_actions))

@@ -6,6 +6,7 @@ import json
 import random
 from pathlib import Path
 
+from agentrl.envs.base import NoExpertMove, sample_tasks
 from agentrl.prompting import HistoryEntry, format_response, render_prompt
 from agentrl.rollout.types import StepSample, Trajectory
 
@@ -20,7 +21,7 @@ def expert_episode(env, task_id: str, prompt) -> list[dict]:
         user = render_prompt(prompt.template, obs, history, step, prompt.history_length)
         try:
             thought, action = env.expert_action()
-        except RuntimeError:
+        except NoExpertMove:
             return []
         examples.append({"task_id": task_id, "messages": [
             {"role": "user", "content": user},
@@ -42,7 +43,7 @@ def collect_expert_data(env, prompt, episodes: int, path: str | Path, seed: int,
     path.parent.mkdir(parents=True, exist_ok=True)
     kept = steps = 0
     with path.open("w") as f:
-        for task_id in env.sample_tasks(split, episodes, rng):
+        for task_id in sample_tasks(env, split, episodes, rng):
             examples = expert_episode(env, task_id, prompt)
             kept += bool(examples)
             steps += len(examples)
@@ -96,7 +97,7 @@ def collect_judgment_data(env, prompt, examples: int, path: str | Path, seed: in
 
     rng = random.Random(seed)
     good, bad = [], []
-    for task_id in env.sample_tasks("train", 10 * examples, rng):
+    for task_id in sample_tasks(env, "train", 10 * examples, rng):
         if len(good) >= examples // 2 and len(bad) >= examples - examples // 2:
             break
         if len(good) < examples // 2:

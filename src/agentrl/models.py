@@ -53,12 +53,13 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> Qwen2Tokenizer:
 def environment_corpus(env, prompt, episodes: int, seed: int) -> list[str]:
     """Prompts and expert responses of `episodes` expert episodes over every split."""
     from agentrl.data import expert_episode
+    from agentrl.envs.base import sample_tasks
     from agentrl.envs.household.world import SPLITS
 
     rng = random.Random(seed)
     texts = []
     for i in range(episodes):
-        task = env.sample_tasks(SPLITS[i % len(SPLITS)], 1, rng)[0]
+        task = sample_tasks(env, SPLITS[i % len(SPLITS)], 1, rng)[0]
         for example in expert_episode(env, task, prompt):
             texts += [example["messages"][0]["content"], example["messages"][1]["content"]]
     return texts

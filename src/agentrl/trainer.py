@@ -19,6 +19,7 @@ from agentrl.actor.batch import TrainSample, micro_batches
 from agentrl.actor.single import SingleActor, response_logprobs
 from agentrl.advantages import compute_advantages
 from agentrl.checkpoint import latest_checkpoint, read_state, save_checkpoint
+from agentrl.envs.base import sample_tasks
 from agentrl.envs.pool import EnvPool
 from agentrl.evaluate import evaluate
 from agentrl.data import read_chat_dataset
@@ -90,7 +91,7 @@ class RLTrainer:
         step = self.step + 1
         timing: dict[str, float] = {}
         started = time.perf_counter()
-        tasks = self.pool.local.sample_tasks("train", rl.tasks_per_step, random.Random(step_seed(cfg.seed, step, "tasks")))
+        tasks = sample_tasks(self.pool.local, "train", rl.tasks_per_step, random.Random(step_seed(cfg.seed, step, "tasks")))
         torch.manual_seed(step_seed(cfg.seed, step, "sampling"))
         hint = self.correction.refresh(step) if self.correction else ""
         trajectories = collect(self.pool, self.sampler, self.tokenizer, tasks, rl.group_size, cfg.prompt,

@@ -48,14 +48,23 @@ class Environment(Protocol):
         """The fixed, ordered task list of an evaluation split (or the train pool)."""
         ...
 
-    def sample_tasks(self, split: str, n: int, rng: random.Random) -> list[str]: ...
-
     def task_type(self, task_id: str) -> str: ...
 
     def close(self) -> None: ...
 
 
+class NoExpertMove(RuntimeError):
+    """The expert has no move from the current state (the episode left its plan)."""
+
+
 class ExpertEnvironment(Environment, Protocol):
     def expert_action(self) -> tuple[str, str]:
-        """(thought, action): the expert's next move in the current episode (for SFT data)."""
+        """(thought, action): the expert's next move in the current episode (for SFT data);
+        raises `NoExpertMove` when it has none."""
         ...
+
+
+def sample_tasks(env: Environment, split: str, n: int, rng: random.Random) -> list[str]:
+    """n task ids drawn with replacement from a split."""
+    tasks = env.split_tasks(split)
+    return [tasks[rng.randrange(len(tasks))] for _ in range(n)]

@@ -24,6 +24,16 @@ class WorkerEnvError(RuntimeError):
     """An environment raised inside a worker; the message holds its traceback."""
 
 
+def _apply(envs: dict, env_config, command: str, requests: dict) -> dict:
+    """Run one command for each slot of `requests` on `envs` (creating a slot's env at its first reset)."""
+    answers = {}
+    for slot, arg in requests.items():
+        if command == "reset" and slot not in envs:
+            envs[slot] = make_env(env_config)
+        answers[slot] = envs[slot].reset(arg) if command == "reset" else envs[slot].step(arg)
+    return answers
+
+
 def _serve(conn, env_config) -> None:
     envs = {}
     while True:
@@ -34,15 +44,7 @@ def _serve(conn, env_config) -> None:
             conn.close()
             return
         try:
-            answers = {}
-            for slot, arg in requests.items():
-                if command == "reset":
-                    if slot not in envs:
-                        envs[slot] = make_env(env_config)
-                    answers[slot] = envs[slot].reset(arg)
-                else:
-                    answers[slot] = envs[slot].step(arg)
-            conn.send(("ok", answers))
+            conn.send(("ok", _apply(envs, env_config, command, requests)))
         except Exception:
             conn.send(("error", traceback.format_exc()))
 
@@ -86,13 +88,7 @@ class EnvPool:
 
     def _call(self, command: str, requests: dict) -> dict:
         if self.workers == 0:
-            answers = {}
-            for slot, arg in requests.items():
-                if command == "reset" and slot not in self._envs:
-                    self._envs[slot] = make_env(self.config)
-                env = self._envs[slot]
-                answers[slot] = env.reset(arg) if command == "reset" else env.step(arg)
-            return answers
+            return _apply(self._envs, self.config, command, requests)
         shares: dict[int, dict] = {}
         for slot, arg in requests.items():
             shares.setdefault(slot % self.workers, {})[slot] = arg

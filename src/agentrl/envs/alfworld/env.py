@@ -3,20 +3,19 @@
 One game per episode; reward 10 on success (the step the task is won), else 0. The observation
 is the engine's text; the first one drops the welcome banner and the task sentence (the task is
 its own field). Admissible actions are the engine's, minus `help`. The expert is ALFWorld's own:
-the PDDL planner (exact, re-planned every step) or the hand-coded agent (stochastic, fails
-sometimes). The planner plans on demand, when the expert is asked for a move and the agent left
-the last plan; RL pays nothing for it (re-planning every step, as textworld's `policy_commands`
-does, costs seconds a step on the heat/cool games).
+the PDDL planner (exact) or the hand-coded agent (stochastic, fails sometimes). The planner plans
+on demand, when the expert is asked for a move and the agent has left the last plan, so RL pays
+nothing for it (re-planning every step, as textworld's `policy_commands` does, costs seconds a
+step on the heat/cool games).
 """
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 from agentrl.envs.alfworld.games import (L2_TYPES, TASK_TYPES, eval_order, game_file, list_games,
                                          resolve_data, task_type)
-from agentrl.envs.base import Observation, StepResult
+from agentrl.envs.base import NoExpertMove, Observation, StepResult
 
 SUCCESS_REWARD = 10.0
 NOTHING = "Nothing happens."
@@ -72,10 +71,6 @@ class AlfWorldEnv:
             self._splits[split] = games if split == "train" else eval_order(games)
         return self._splits[split]
 
-    def sample_tasks(self, split: str, n: int, rng: random.Random) -> list[str]:
-        tasks = self.split_tasks(split)
-        return [tasks[rng.randrange(len(tasks))] for _ in range(n)]
-
     def task_type(self, task_id: str) -> str:
         return task_type(task_id)
 
@@ -129,7 +124,7 @@ class AlfWorldEnv:
                 self._plan = list(self._pddl._pddl_state.replan(self._pddl._entity_infos) or [])
             plan = self._plan
         if not plan or plan[0] not in self.state.admissible_commands:
-            raise RuntimeError(f"ALFWorld game {self.game_id}: the {self.expert} expert has no move from here")
+            raise NoExpertMove(f"ALFWorld game {self.game_id}: the {self.expert} expert has no move from here")
         return expert_thought(plan[0]), plan[0]
 
 

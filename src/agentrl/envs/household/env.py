@@ -7,9 +7,8 @@ The agent holds at most one object; closed receptacles hide their contents.
 
 from __future__ import annotations
 
-import random
 
-from agentrl.envs.base import Observation, StepResult
+from agentrl.envs.base import NoExpertMove, Observation, StepResult
 from agentrl.envs.household.world import (APPLIANCES, DESK, DIFFICULTIES, FLAG_APPLIANCE, LAMP,
                                           REQUIRED_FLAG, SPLITS, Task, make_task, receptacle_kind)
 
@@ -48,10 +47,6 @@ class HouseholdEnv:
             raise ValueError(f"unknown split {split!r}; household splits are {SPLITS}")
         size = self.train_size if split == "train" else self.eval_size
         return [f"{split}-{i}" for i in range(size)]
-
-    def sample_tasks(self, split: str, n: int, rng: random.Random) -> list[str]:
-        tasks = self.split_tasks(split)
-        return [tasks[rng.randrange(len(tasks))] for _ in range(n)]
 
     def task_type(self, task_id: str) -> str:
         return self._task(task_id).task_type
@@ -195,7 +190,7 @@ class HouseholdEnv:
         """(thought, action): the expert's next move and a one-line reason for it."""
         action = self._expert_action()
         if action is None:
-            raise RuntimeError("the expert has no move from this state: the agent put the object where a "
+            raise NoExpertMove("the expert has no move from this state: the agent put the object where a "
                                "searching expert does not look")
         kind, verb = self.task.object_kind, action.split(" ", 1)[0]
         if verb in VERB_FLAG:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
+import subprocess
 from pathlib import Path
 
-from agentrl.envs.base import Observation, StepResult
+from agentrl.envs.base import NoExpertMove, Observation, StepResult
 
 NOT_UNDERSTOOD = "No known action matches that input."
 SPLIT_FILES = {"l0": "L0_idx.json", "l1": "L1_idx.json", "l2": "L2_idx.json"}
@@ -76,10 +76,6 @@ class ScienceWorldEnv:
             self._splits[split] = [f"{self.task_names[t]}/{v}" for t, v in pairs]
         return self._splits[split]
 
-    def sample_tasks(self, split: str, n: int, rng: random.Random) -> list[str]:
-        tasks = self.split_tasks(split)
-        return [tasks[rng.randrange(len(tasks))] for _ in range(n)]
-
     def task_type(self, task_id: str) -> str:
         return task_id.rsplit("/", 1)[0]
 
@@ -123,7 +119,7 @@ class ScienceWorldEnv:
         finally:
             try:
                 process.wait(timeout=5)
-            except Exception:
+            except subprocess.TimeoutExpired:
                 process.kill()
 
     def _observation(self, text: str) -> Observation:
@@ -139,5 +135,5 @@ class ScienceWorldEnv:
     # --- expert --------------------------------------------------------------------------------
     def expert_action(self) -> tuple[str, str]:
         if self.expert_step >= len(self.gold):
-            raise RuntimeError(f"ScienceWorld {self.task_id}: the agent left the gold path; no expert move")
+            raise NoExpertMove(f"ScienceWorld {self.task_id}: the agent left the gold path; no expert move")
         return "I follow the plan for this task.", self.gold[self.expert_step]
