@@ -42,6 +42,8 @@ def alfworld_data(tmp_path_factory):
 @pytest.fixture(scope="session")
 def scienceworld_splits():
     pytest.importorskip("scienceworld")
+    if __import__("shutil").which("java") is None:
+        pytest.skip("ScienceWorld needs Java 11+ on PATH")
     if not (SCIENCEWORLD_SPLITS / "L0_idx.json").is_file():
         pytest.skip(f"{SCIENCEWORLD_SPLITS} not present")
     return str(SCIENCEWORLD_SPLITS)
