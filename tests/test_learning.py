@@ -16,7 +16,6 @@ def test_demo_rl_raises_success_over_sft(tmp_path):
     assert main(["run", str(DEMO), "--set", f"run_dir={run}", "--set", f"model.path={run}/model-init"]) == 0
     phases = json.loads((run / "summary.json").read_text())["phases"]
     assert all(r["success"] == 0 for r in phases["initial"].values())
-    # measured at this commit: SFT 16% / 34% (L0 / L1), then GRPO 36% / 52%
-    assert (phases["sft"]["l0"]["success"] + phases["sft"]["l1"]["success"]) / 2 >= 0.15
+    assert phases["sft"]["l0"]["success"] >= 0.3
     gain = sum(phases["rl"][s]["success"] - phases["sft"][s]["success"] for s in ("l0", "l1")) / 2
     assert gain >= 0.05, phases
