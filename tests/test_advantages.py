@@ -3,7 +3,7 @@
 import pytest
 
 from agentrl.advantages import compute_advantages
-from agentrl.config import GAGPOConfig, GiGPOConfig, RLOOConfig
+from agentrl.config import GAGPOConfig, GiGPOConfig, PPOConfig, RLOOConfig
 from agentrl.rollout.types import StepSample, Trajectory
 
 
@@ -54,3 +54,31 @@ def test_gagpo_gae_accumulates_over_steps():
     # A: delta = [0 + 8 - 4, 0 + 8 - 8, 8 - 8] = [4, 0, 0]; lambda 1 -> A [4, 0, 0]. B: delta = [0 - 4] -> [-4]
     out = compute_advantages(group, GAGPOConfig(gamma=1.0, lam=1.0, normalize_std=False))
     assert out.values == [[pytest.approx(4.0), 0.0, 0.0], [pytest.approx(-4.0)]]
+
+
+def with_values(t, values):
+    for s, v in zip(t.steps, values):
+        s.value = v
+    return t
+
+
+def test_ppo_gae_by_hand():
+    # gamma 0.5, lambda 0.5. A: rewards [0, 10], V [2, 6]: delta = [0 + 0.5*6 - 2, 10 - 6] = [1, 4]
+    #   -> A = [1 + 0.25*4, 4] = [2, 4], targets [4, 10].
+    # B: rewards [0, 0], last step invalid (penalty 0.1), V [1, 1]: delta = [0 + 0.5 - 1, -0.1 - 1]
+    #   = [-0.5, -1.1] -> A = [-0.5 - 0.275, -1.1] = [-0.775, -1.1], targets [0.225, -0.1].
+    group = [with_values(crafted()[0], [2, 6]), with_values(crafted()[1], [1, 1])]
+    out = compute_advantages(group, PPOConfig(gamma=0.5, lam=0.5, normalize=False))
+    assert out.values[0] == pytest.approx([2.0, 4.0])
+    assert out.values[1] == pytest.approx([-0.775, -1.1])
+    assert out.returns[0] == pytest.approx([4.0, 10.0])
+    assert out.returns[1] == pytest.approx([0.225, -0.1])
+    whitened = compute_advantages(group, PPOConfig(gamma=0.5, lam=0.5))
+    flat = [a for v in whitened.values for a in v]
+    assert sum(flat) == pytest.approx(0.0, abs=1e-9)
+    assert whitened.returns == out.returns  # targets are never whitened
+
+
+def test_ppo_needs_critic_values():
+    with pytest.raises(ValueError, match="critic values"):
+        compute_advantages(crafted(), PPOConfig())

@@ -1,6 +1,7 @@
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -98,3 +99,44 @@ def test_kl_as_reward_penalty(tiny_model_dir, tmp_path):
     assert rows[0]["rollout/kl_penalty"] == 0.0  # step 1 samples from the reference itself
     assert rows[1]["rollout/kl_penalty"] != 0.0
     assert "actor/kl" not in rows[1]  # not also a loss term
+
+
+def test_ppo_critic_learns_and_resumes_exactly(tiny_model_dir, tmp_path):
+    ppo = {"advantage": {"type": "ppo", "critic_lr": 1e-3}}
+    straight = tmp_path / "straight"
+    run(small_config(straight, 3, **ppo), tiny_model_dir)
+    rows = read_metrics(straight / "logs" / "metrics.jsonl")
+    assert rows[0]["critic/value_mean"] == 0.0  # zero-initialised head
+    assert rows[-1]["critic/value_mean"] != 0.0
+    assert all(r["critic/value_loss"] > 0 for r in rows)
+    assert (list_checkpoints(straight)[-1] / "critic" / "critic.safetensors").is_file()
+
+    split = tmp_path / "split"
+    run(small_config(split, 2, **ppo), tiny_model_dir)
+    run(small_config(split, 3, **ppo), tiny_model_dir, resume=True)
+    critic_a = load_file(list_checkpoints(straight)[-1] / "critic" / "critic.safetensors")
+    critic_b = load_file(list_checkpoints(split)[-1] / "critic" / "critic.safetensors")
+    for name in critic_a:
+        assert torch.equal(critic_a[name], critic_b[name]), name
+    assert strip_timing(rows) == strip_timing(read_metrics(split / "logs" / "metrics.jsonl"))
+
+
+def test_critic_regresses_to_its_targets(tiny_model_dir):
+    import random
+
+    from agentrl.config import PPOConfig
+    from agentrl.critic import Critic
+
+    critic = Critic(str(tiny_model_dir), PPOConfig(critic_lr=3e-3, value_clip=100.0))
+    prompts, targets = [[5, 6, 7, 8], [9, 10, 11]], [1.0, -2.0]
+    assert critic.values(prompts, 100) == [0.0, 0.0]
+    for _ in range(60):
+        critic.update(prompts, targets, critic.values(prompts, 100), 2, 100, random.Random(0))
+    assert critic.values(prompts, 100) == pytest.approx(targets, abs=0.1)
+    # Value clipping: V = 0 lies beyond V_old +- 0.05 (V_old = -1 and 1, on the far side from the
+    # targets), so the clipped error dominates: 0.5 x mean(1.95^2, 2.95^2), no gradient, V stays 0.
+    clipped = Critic(str(tiny_model_dir), PPOConfig(critic_lr=3e-3, value_clip=0.05))
+    metrics = clipped.update(prompts, targets, [-1.0, 1.0], 2, 100, random.Random(0))
+    assert metrics["value_loss"] == pytest.approx(0.5 * (1.95 ** 2 + 2.95 ** 2) / 2)
+    assert metrics["value_clipfrac"] == 1.0 and metrics["grad_norm"] == 0.0
+    assert clipped.values(prompts, 100) == [0.0, 0.0]

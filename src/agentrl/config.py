@@ -164,7 +164,29 @@ class GAGPOConfig(Section):
     eps: float = 1e-6
 
 
-AdvantageConfig = Annotated[Union[GRPOConfig, RLOOConfig, GiGPOConfig, GAGPOConfig], Field(discriminator="type")]
+class PPOConfig(Section):
+    """PPO with a learned critic (a separate value model, GAE over environment steps)."""
+
+    type: Literal["ppo"] = "ppo"
+    gamma: float = Field(0.95, ge=0, le=1)
+    lam: float = Field(0.95, ge=0, le=1)
+    normalize: bool = True
+    """Whiten the advantages over the batch."""
+    eps: float = 1e-6
+    critic_path: str | None = None
+    """The critic's starting model (a causal LM folder; its body is kept, a zero value head is
+    added). None: the actor's starting checkpoint."""
+    critic_lr: float = Field(1e-5, gt=0)
+    critic_weight_decay: float = 0.01
+    critic_grad_clip: float = Field(1.0, gt=0)
+    critic_epochs: int = Field(1, ge=1)
+    """Passes of value regression over each rollout batch."""
+    value_clip: float = Field(0.2, gt=0)
+    """The new V may move at most this far from the rollout's V before the loss stops rewarding it."""
+
+
+AdvantageConfig = Annotated[Union[GRPOConfig, RLOOConfig, GiGPOConfig, GAGPOConfig, PPOConfig],
+                            Field(discriminator="type")]
 
 
 class _ClipConfig(Section):

@@ -19,6 +19,7 @@ from agentrl.actor.batch import TrainSample, micro_batches
 from agentrl.actor.single import SingleActor, response_logprobs
 from agentrl.advantages import compute_advantages
 from agentrl.checkpoint import latest_checkpoint, read_state, save_checkpoint
+from agentrl.critic import Critic
 from agentrl.envs.base import sample_tasks
 from agentrl.envs.pool import EnvPool
 from agentrl.evaluate import evaluate
@@ -62,6 +63,17 @@ def advantage_metrics(values: list[float]) -> dict[str, float]:
             "adv/frac_abs_gt1": sum(abs(v) > 1 for v in values) / len(values)}
 
 
+def value_metrics(values: list[float], returns: list[float]) -> dict[str, float]:
+    """The critic's V before its update against the GAE targets: explained variance
+    1 - Var(R - V) / Var(R) (1 is perfect, 0 no better than a constant)."""
+    if len(values) < 2:
+        return {}
+    var = statistics.pvariance(returns)
+    residual = statistics.pvariance([r - v for r, v in zip(returns, values)])
+    return {"critic/value_mean": statistics.fmean(values), "critic/return_mean": statistics.fmean(returns),
+            "critic/explained_variance": 1 - residual / var if var > 0 else 0.0}
+
+
 class RLTrainer:
     def __init__(self, config, model_path: str, run_dir: Path, aux_losses=None):
         self.config, self.rl, self.run_dir = config, config.rl, Path(run_dir)
@@ -72,6 +84,10 @@ class RLTrainer:
         self.reference = None
         if self.rl.kl_coef > 0:
             self.reference = load_model(model_path, config.model.dtype).eval().requires_grad_(False)
+        self.critic = None
+        if self.rl.advantage.type == "ppo":
+            self.critic = Critic(self.rl.advantage.critic_path or model_path, self.rl.advantage,
+                                 config.model.dtype, self.tokenizer.pad_token_id)
         self.pool = EnvPool(config.env, self.rl.workers, self.rl.env_step_timeout_s, self.rl.env_reset_timeout_s)
         self.aux_losses = list(aux_losses) if aux_losses is not None else [
             build_aux_loss(aux, self.sampler, self.tokenizer, config.seed) for aux in self.rl.aux]
@@ -116,7 +132,15 @@ class RLTrainer:
                 for step_sample, penalty in zip(steps, penalties):
                     step_sample.penalty += penalty
                 extra_metrics["rollout/kl_penalty"] = statistics.fmean(penalties) if penalties else 0.0
+        if self.critic is not None:
+            start = time.perf_counter()
+            values = self.critic.values([s.prompt_ids for s in steps], rl.micro_batch_tokens)
+            for step_sample, value in zip(steps, values):
+                step_sample.value = value
+            timing["critic_values"] = time.perf_counter() - start
+        start = time.perf_counter()
         advantages = compute_advantages(usable, rl.advantage)
+        timing["advantage"] = time.perf_counter() - start
         for sample, a in zip(samples, (a for values in advantages.values for a in values)):
             sample.values["advantages"] = [a] * sample.n_targets
         start = time.perf_counter()
@@ -145,6 +169,16 @@ class RLTrainer:
                 for key, value in self.actor.optimizer_step(parts).items():
                     totals[key] = totals.get(key, 0.0) + value
         timing["update"] = time.perf_counter() - start
+        if self.critic is not None and steps:
+            start = time.perf_counter()
+            returns = [r for values in advantages.returns for r in values]
+            old_values = [s.value for s in steps]
+            critic_metrics = self.critic.update([s.prompt_ids for s in steps], returns, old_values,
+                                                rl.mini_batch_size, rl.micro_batch_tokens,
+                                                random.Random(step_seed(cfg.seed, step, "critic")))
+            extra_metrics.update({f"critic/{k}": v for k, v in critic_metrics.items()})
+            extra_metrics.update(value_metrics(old_values, returns))
+            timing["critic_update"] = time.perf_counter() - start
         self.sampler.update_weights(self.actor.weights())
         self.step = step
 
@@ -224,6 +258,8 @@ class RLTrainer:
             ckpt = latest_checkpoint(self.run_dir)
             if ckpt is not None:
                 self.actor.load(ckpt)
+                if self.critic is not None:
+                    self.critic.load(ckpt / "critic")
                 state = read_state(ckpt)
                 self.step = state["step"]
                 if self.judge is not None:
@@ -248,7 +284,7 @@ class RLTrainer:
                     tracker.log(self.step, metrics)
                     if (rl.save_every and self.step % rl.save_every == 0) or last:
                         save_checkpoint(self.run_dir, self.step, self.actor, self.tokenizer, self._extra_state(),
-                                        rl.keep_last)
+                                        rl.keep_last, self.critic)
                     bar.update(task, completed=self.step, description=(
                         f"RL success {metrics['rollout/success']:.2f} len {metrics['rollout/length']:.1f}"))
         finally:

@@ -17,6 +17,8 @@ class Advantages:
     values: list[list[float]]
     """values[i][t]: advantage of step t of trajectory i (same order as the input)."""
     metrics: dict[str, float] = field(default_factory=dict)
+    returns: list[list[float]] | None = None
+    """returns[i][t]: the critic's regression target for that step (estimators with a critic)."""
 
 
 def register(name: str):
@@ -30,4 +32,4 @@ def compute_advantages(trajectories, config) -> Advantages:
     return ESTIMATORS[config.type](trajectories, config)
 
 
-from agentrl.advantages import gagpo, gigpo, grpo, rloo  # noqa: E402,F401  (they register)
+from agentrl.advantages import gagpo, gigpo, grpo, ppo, rloo  # noqa: E402,F401  (they register)

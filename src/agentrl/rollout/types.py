@@ -26,6 +26,8 @@ class StepSample:
     """The prompt text the actor saw (before the chat template); GCD judges in this context."""
     progress: bool | None = None
     """The environment's own judgement of the action, where it has one (GCD label source)."""
+    value: float | None = None
+    """The critic's V of the step's state (PPO with a critic only)."""
 
     @property
     def valid(self) -> bool:

@@ -1,0 +1,36 @@
+"""PPO with a learned critic: GAE over environment steps with the critic's V(s).
+
+The trainer fills `StepSample.value` from the critic (`agentrl/critic.py`) before calling this.
+Per trajectory, with r'_t = r_t - penalty_t (the invalid-action penalty is part of the reward
+here, since the critic must predict it): delta_t = r'_t + gamma * V_{t+1} - V_t with V = 0
+after the last step, A_t = delta_t + gamma * lambda * A_{t+1}, and the critic's target is
+R_t = A_t + V_t. The advantages are then whitened over the whole batch (no groups: the critic is
+the baseline).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from agentrl.advantages import Advantages, register
+
+
+@register("ppo")
+def ppo(trajectories, config) -> Advantages:
+    raw, returns = [], []
+    for t in trajectories:
+        if any(s.value is None for s in t.steps):
+            raise ValueError("the ppo estimator needs critic values on every step (StepSample.value)")
+        v = [s.value for s in t.steps] + [0.0]
+        gae, adv = 0.0, [0.0] * t.length
+        for i in reversed(range(t.length)):
+            delta = t.steps[i].reward - t.steps[i].penalty + config.gamma * v[i + 1] - v[i]
+            gae = delta + config.gamma * config.lam * gae
+            adv[i] = gae
+        raw.append(adv)
+        returns.append([a + value for a, value in zip(adv, v)])
+    flat = [a for adv in raw for a in adv]
+    if config.normalize and len(flat) > 1:
+        mean, std = statistics.fmean(flat), statistics.stdev(flat)
+        raw = [[(a - mean) / (std + config.eps) for a in adv] for adv in raw]
+    return Advantages(raw, returns=returns)
