@@ -3,7 +3,7 @@
 import pytest
 
 from agentrl.advantages import compute_advantages
-from agentrl.config import GAGPOConfig, GiGPOConfig, PPOConfig, RLOOConfig
+from agentrl.config import GAGPOConfig, GiGPOConfig, GRPOConfig, PPOConfig, RLOOConfig, RLVMRConfig
 from agentrl.rollout.types import StepSample, Trajectory
 
 
@@ -82,3 +82,46 @@ def test_ppo_gae_by_hand():
 def test_ppo_needs_critic_values():
     with pytest.raises(ValueError, match="critic values"):
         compute_advantages(crafted(), PPOConfig())
+
+
+def tagged(group, steps, success):
+    """steps: (anchor, tag, action, reward); action None for an invalid step."""
+    out = [StepSample(prompt_ids=[1], response_ids=[2], logprobs=[0.0],
+                      response=f"<{tag}>x</{tag}><action>{action}</action>", action=action, observation=a,
+                      anchor=a, reward=r, penalty=0.0 if action else 0.1)
+           for a, tag, action, r in steps]
+    return Trajectory(task_id="t", group_id=group, task_type="x", steps=out, success=success)
+
+
+def test_rlvmr_by_hand():
+    a = tagged(0, [("s0", "planning", "go to x", 0), ("s1", "explore", "take a", 10)], success=True)
+    b = tagged(0, [("s0", "planning", "go to x", 0), ("s2", "explore", "go to y", 0),
+                   ("s2", "reflection", "open z", 0)], success=False)
+    # Meta rewards: A planning 1 (success), explore 1 (last step of a success);
+    # B planning 0, explore 0 (s2 -> s2 is not new), reflection 1 (previous step left s2 unchanged).
+    # Per-tag normalisation: planning [1, 0] -> +-0.70711, explore [1, 0] -> +-0.70711,
+    # reflection [1] is a singleton -> 0. GRPO (step level): scores [10, 10, 0, 0, 0], mean 4,
+    # std sqrt(30) -> A 1.09545, B -0.73030.
+    out = compute_advantages([a, b], RLVMRConfig(eps=0.0))
+    assert out.values[0] == pytest.approx([1.80256, 1.80256], abs=1e-5)
+    assert out.values[1] == pytest.approx([-1.43741, -1.43741, -0.73030], abs=1e-5)
+    assert out.metrics["meta_share_reflection"] == pytest.approx(1 / 5)
+    # No meta tags (plain <think>): exactly GRPO.
+    plain = tagged(0, [("s0", "think", "go to x", 10)], True), tagged(0, [("s0", "think", "look", 0)], False)
+    assert compute_advantages(list(plain), RLVMRConfig()).values == compute_advantages(list(plain), GRPOConfig()).values
+
+
+def test_rlvmr_reflection_needs_an_ineffective_previous_step():
+    # The previous step moved s0 -> s1 (effective): no reflection reward for either rollout,
+    # so the reflection pool [0, 0] normalises to 0.
+    a = tagged(0, [("s0", "monitor", "go to x", 0), ("s1", "reflection", "open y", 10)], success=True)
+    b = tagged(0, [("s0", "monitor", "go to x", 0), ("s1", "reflection", "go to x", 0)], success=False)
+    out = compute_advantages([a, b], RLVMRConfig())
+    base = compute_advantages([a, b], GRPOConfig())
+    assert out.values == base.values
+    # After an invalid step, a different valid action is rewarded; repeating it is not.
+    c = tagged(1, [("s0", "monitor", None, 0), ("s0", "reflection", "open y", 0)], success=False)
+    d = tagged(1, [("s0", "monitor", "look", 0), ("s0", "reflection", "look", 0)], success=False)
+    from agentrl.advantages.rlvmr import meta_rewards
+    assert meta_rewards(c, RLVMRConfig())[1] == ("reflection", 1.0)
+    assert meta_rewards(d, RLVMRConfig())[1] == ("reflection", 0.0)

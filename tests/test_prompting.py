@@ -49,3 +49,13 @@ def test_expert_responses_round_trip():
     assert parse_action(format_response(thought, action)) == action
     text = render_prompt(PromptConfig().template, obs, [HistoryEntry("a", "b")], 1, 2)
     assert obs.task in text and "go to" in text and "Observation: a" in text
+
+
+def test_meta_reasoning_tags_count_as_the_reasoning_block():
+    from agentrl.prompting import reasoning_tag
+    assert parse_action("<planning>first x</planning><action>Go to X</action>") == "go to x"
+    assert reasoning_tag("<reflection>a</reflection><think>b</think><action>c</action>") == "reflection"
+    assert reasoning_tag("<think>b</think><explore>a</explore><action>c</action>") == "think"
+    assert reasoning_tag("<action>c</action><explore>late</explore>") is None
+    assert reasoning_tag("<explore>never closed<action>c</action></explore>") is None
+    assert format_response("t", "look", "monitor") == "<monitor>t</monitor><action>look</action>"

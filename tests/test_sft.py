@@ -51,3 +51,16 @@ def test_sft_learns_the_expert_data(tiny_model_dir, tmp_path):
     assert losses[-1] < 0.5 * losses[0]
     assert (tmp_path / "model" / "model.safetensors").exists()
     load_tokenizer(tmp_path / "model")
+
+
+def test_expert_data_with_rlvmr_meta_tags(tmp_path):
+    from agentrl.prompting import parse_action, reasoning_tag
+
+    path = tmp_path / "meta.jsonl"
+    collect_expert_data(make_env(HouseholdEnvConfig()), PromptConfig(expert_tags="meta"), 5, path, 0)
+    answers = [m[-1]["content"] for m in read_chat_dataset(path)]
+    tags = [reasoning_tag(a) for a in answers]
+    assert tags[0] == "planning" and {"explore", "monitor"} <= set(tags) and "think" not in tags
+    assert all(parse_action(a) for a in answers)
+    for answer, tag in zip(answers, tags):  # explore only for going somewhere
+        assert tag != "explore" or parse_action(answer).startswith("go to ")

@@ -108,7 +108,12 @@ class PromptConfig(Section):
     history_length: int = Field(2, ge=0)
     """How many past (observation, action) pairs the prompt shows."""
     require_think: bool = True
-    """A response without a <think>...</think> block before the action is invalid."""
+    """A response without a reasoning block before the action is invalid (<think>...</think>, or
+    one of RLVMR's <planning> <explore> <reflection> <monitor>)."""
+    expert_tags: Literal["think", "meta"] = "think"
+    """Reasoning tag of the expert's responses in SFT data: `think`, or RLVMR's meta tags
+    (planning on the first step, explore when going somewhere not yet visited, monitor
+    otherwise), which the `rlvmr` estimator rewards."""
     invalid_penalty: float = Field(0.1, ge=0)
     """Subtracted from the reward of a step whose response had no parseable action."""
 
@@ -164,6 +169,21 @@ class GAGPOConfig(Section):
     eps: float = 1e-6
 
 
+class RLVMRConfig(Section):
+    """GRPO plus rule-checked rewards for RLVMR's meta-reasoning tags (see advantages/rlvmr.py)."""
+
+    type: Literal["rlvmr"] = "rlvmr"
+    level: Literal["step", "trajectory"] = "step"
+    """The GRPO part, as for `grpo`."""
+    normalize_std: bool = True
+    eps: float = 1e-6
+    meta_weight: float = 1.0
+    """Weight of the tag-normalised meta advantage added to the GRPO advantage."""
+    planning_reward: float = 1.0
+    explore_reward: float = 1.0
+    reflection_reward: float = 1.0
+
+
 class PPOConfig(Section):
     """PPO with a learned critic (a separate value model, GAE over environment steps)."""
 
@@ -185,7 +205,7 @@ class PPOConfig(Section):
     """The new V may move at most this far from the rollout's V before the loss stops rewarding it."""
 
 
-AdvantageConfig = Annotated[Union[GRPOConfig, RLOOConfig, GiGPOConfig, GAGPOConfig, PPOConfig],
+AdvantageConfig = Annotated[Union[GRPOConfig, RLOOConfig, GiGPOConfig, GAGPOConfig, RLVMRConfig, PPOConfig],
                             Field(discriminator="type")]
 
 

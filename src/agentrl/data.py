@@ -17,15 +17,19 @@ def expert_episode(env, task_id: str, prompt) -> list[dict]:
     obs = env.reset(task_id)
     history: list[HistoryEntry] = []
     examples = []
+    visited: set[str] = set()
     for step in range(env.max_steps):
         user = render_prompt(prompt.template, obs, history, step, prompt.history_length)
         try:
             thought, action = env.expert_action()
         except NoExpertMove:
             return []
+        tag = "think"
+        if prompt.expert_tags == "meta":
+            tag = "planning" if step == 0 else "explore" if _goes_somewhere_new(action, visited) else "monitor"
         examples.append({"task_id": task_id, "messages": [
             {"role": "user", "content": user},
-            {"role": "assistant", "content": format_response(thought, action)},
+            {"role": "assistant", "content": format_response(thought, action, tag)},
         ]})
         result = env.step(action)
         history.append(HistoryEntry(obs.text, action))
@@ -33,6 +37,14 @@ def expert_episode(env, task_id: str, prompt) -> list[dict]:
         if result.done:
             return examples if result.success else []
     return []
+
+
+def _goes_somewhere_new(action: str, visited: set[str]) -> bool:
+    if not action.startswith("go to "):
+        return False
+    new = action not in visited
+    visited.add(action)
+    return new
 
 
 def collect_expert_data(env, prompt, episodes: int, path: str | Path, seed: int,

@@ -3,7 +3,8 @@
 A step's prompt is built from the state alone: the task, the last `history_length`
 (observation, action) pairs, the current observation and the admissible actions. The response
 is `<think>...</think><action>...</action>`; the action is the first `<action>` tag's text,
-lower-cased with white space folded.
+lower-cased with white space folded. RLVMR's meta-reasoning tags (`<planning>`, `<explore>`,
+`<reflection>`, `<monitor>`) count as the reasoning block in place of `<think>`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ DEFAULT_TEMPLATE = (
     "<action> </action>."
 )
 TEMPLATE_FIELDS = ("task", "step", "history", "observation", "actions")
+META_TAGS = ("planning", "explore", "reflection", "monitor")
+REASONING_TAGS = ("think", *META_TAGS)
 
 
 @dataclass
@@ -38,8 +41,23 @@ def render_prompt(template: str, obs: Observation, history: list[HistoryEntry], 
                            actions=obs.actions_text or ", ".join(obs.admissible_actions))
 
 
-def format_response(thought: str, action: str) -> str:
-    return f"<think>{thought}</think><action>{action}</action>"
+def format_response(thought: str, action: str, tag: str = "think") -> str:
+    return f"<{tag}>{thought}</{tag}><action>{action}</action>"
+
+
+def reasoning_tag(response: str) -> str | None:
+    """The first reasoning tag (think or an RLVMR meta tag) opened and closed before the
+    response's `<action>`, or None."""
+    lower = response.lower()
+    action = lower.find("<action>")
+    end = action if action >= 0 else len(lower)
+    found = None
+    for tag in REASONING_TAGS:
+        opened = lower.find(f"<{tag}>", 0, end)
+        if opened >= 0 and lower.find(f"</{tag}>", opened + len(tag) + 2, end) >= 0:
+            if found is None or opened < found[0]:
+                found = (opened, tag)
+    return found and found[1]
 
 
 def parse_action(response: str, require_think: bool = True) -> str | None:
@@ -55,9 +73,7 @@ def parse_action(response: str, require_think: bool = True) -> str | None:
     end = lower.find("</action>", start + 8)
     if end < 0:
         return None
-    if require_think:
-        think = lower.find("<think>", 0, start)
-        if think < 0 or lower.find("</think>", think + 7, start) < 0:
-            return None
+    if require_think and reasoning_tag(response) is None:
+        return None
     action = " ".join(lower[start + 8:end].split())
     return action or None

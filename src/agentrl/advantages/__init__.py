@@ -32,4 +32,4 @@ def compute_advantages(trajectories, config) -> Advantages:
     return ESTIMATORS[config.type](trajectories, config)
 
 
-from agentrl.advantages import gagpo, gigpo, grpo, ppo, rloo  # noqa: E402,F401  (they register)
+from agentrl.advantages import gagpo, gigpo, grpo, ppo, rloo, rlvmr  # noqa: E402,F401  (they register)
