@@ -45,6 +45,7 @@ def test_gagpo_by_hand():
     out = compute_advantages(crafted(), GAGPOConfig(gamma=0.5, lam=0.5, normalize_std=False))
     assert out.values[0] == pytest.approx([2.525, 0.025])
     assert out.values[1] == pytest.approx([-2.475, -0.075])
+    assert out.metrics == {"anchor_singleton_share": pytest.approx(2 / 3), "anchor_mean_size": pytest.approx(4 / 3)}
 
 
 def test_gagpo_gae_accumulates_over_steps():

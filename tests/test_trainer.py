@@ -140,3 +140,14 @@ def test_critic_regresses_to_its_targets(tiny_model_dir):
     assert metrics["value_loss"] == pytest.approx(0.5 * (1.95 ** 2 + 2.95 ** 2) / 2)
     assert metrics["value_clipfrac"] == 1.0 and metrics["grad_norm"] == 0.0
     assert clipped.values(prompts, 100) == [0.0, 0.0]
+
+
+def test_nthr_runs_inside_the_update(tiny_model_dir, tmp_path):
+    config = small_config(tmp_path, 1, nthr={"tau": 1.0, "eta": 0.5})
+    trainer = RLTrainer(config, str(tiny_model_dir), tmp_path)
+    try:
+        metrics = trainer.train_step()
+    finally:
+        trainer.close()
+    assert 0.0 <= metrics["nthr/downweighted_share"] <= 1.0 and "timing_s/nthr" in metrics
+    assert "timing_s/advantage" in metrics

@@ -232,6 +232,15 @@ class SeqRatioConfig(_ClipConfig):
 PolicyLossConfig = Annotated[Union[PPOClipConfig, SeqRatioConfig], Field(discriminator="type")]
 
 
+class NTHRConfig(Section):
+    """NTHR: scale by `eta` the advantage of negative-sample tokens whose last-layer gradient
+    coupling to the group's positive tokens exceeds `tau` x the positives' own mean coupling
+    (exact definition: agentrl/advantages/nthr.py)."""
+
+    tau: float = 1.0
+    eta: float = Field(0.5, ge=0, le=1)
+
+
 class OptimConfig(Section):
     lr: float = Field(1e-6, gt=0)
     weight_decay: float = 0.01
@@ -350,6 +359,8 @@ class RLConfig(Section):
     advantage: AdvantageConfig = Field(default_factory=GRPOConfig)
     loss: PolicyLossConfig = Field(default_factory=PPOClipConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
+    nthr: NTHRConfig | None = None
+    """Down-weight the penalty on negative tokens coupled to positive samples (Deng et al.)."""
     aux: list[AuxConfig] = []
     """Auxiliary losses added to the policy loss in the same optimiser step."""
     eval_every: int = Field(0, ge=0)

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import torch
 
-from agentrl.actor.batch import TrainSample, micro_batches
+from agentrl.actor.batch import TrainSample, budget_chunks, micro_batches
 from agentrl.actor.single import SingleActor, response_logprobs
 from agentrl.advantages import compute_advantages
+from agentrl.advantages.nthr import apply_nthr
 from agentrl.checkpoint import latest_checkpoint, read_state, save_checkpoint
 from agentrl.critic import Critic
 from agentrl.envs.base import sample_tasks
@@ -143,6 +144,12 @@ class RLTrainer:
         timing["advantage"] = time.perf_counter() - start
         for sample, a in zip(samples, (a for values in advantages.values for a in values)):
             sample.values["advantages"] = [a] * sample.n_targets
+        if rl.nthr is not None:
+            start = time.perf_counter()
+            extra_metrics.update(apply_nthr(self.model, samples, [t.group_id for t in usable for _ in t.steps],
+                                            rl.nthr, cfg.sampling.temperature or 1.0,
+                                            self.tokenizer.pad_token_id, rl.micro_batch_tokens))
+            timing["nthr"] = time.perf_counter() - start
         start = time.perf_counter()
         aux_batches = {aux.name: aux.prepare(usable, step) for aux in self.aux_losses}
         aux_samples = {name: b.samples for name, b in aux_batches.items()}
@@ -243,7 +250,7 @@ class RLTrainer:
     def _add_reference_logprobs(self, samples: list[TrainSample]) -> None:
         temperature = self.config.sampling.temperature or 1.0
         by_id = {id(s): s for s in samples}
-        for batch_samples in _chunks_by_budget(samples, self.rl.micro_batch_tokens):
+        for batch_samples in budget_chunks(samples, self.rl.micro_batch_tokens):
             batch = micro_batches(batch_samples, 10**12, self.tokenizer.pad_token_id)[0]
             logp, _ = response_logprobs(self.reference, batch, temperature)
             offset = 0
@@ -303,14 +310,3 @@ def build_aux_loss(aux_config, sampler, tokenizer, seed: int):
         return GCDLoss(aux_config, sampler, tokenizer, seed, external, endpoint)
     raise ValueError(f"unknown auxiliary loss {aux_config.type!r}")
 
-
-def _chunks_by_budget(samples: list[TrainSample], budget: int):
-    ordered = sorted(samples, key=lambda s: len(s.ids), reverse=True)
-    current: list[TrainSample] = []
-    for s in ordered:
-        if current and (len(current) + 1) * len(current[0].ids) > budget:
-            yield current
-            current = []
-        current.append(s)
-    if current:
-        yield current

@@ -72,3 +72,17 @@ def micro_batches(samples: list[TrainSample], token_budget: int, pad_id: int = 0
     if current:
         batches.append(collate(current, pad_id))
     return batches
+
+
+def budget_chunks(samples: list[TrainSample], token_budget: int):
+    """Groups of samples (longest first) whose padded size stays within `token_budget`; each
+    group packs into exactly one micro-batch."""
+    ordered = sorted(samples, key=lambda s: len(s.ids), reverse=True)
+    current: list[TrainSample] = []
+    for s in ordered:
+        if current and (len(current) + 1) * len(current[0].ids) > token_budget:
+            yield current
+            current = []
+        current.append(s)
+    if current:
+        yield current

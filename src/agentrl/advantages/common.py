@@ -30,3 +30,11 @@ def normalize(value: float, pool: list[float], use_std: bool, eps: float) -> flo
         return 0.0
     centred = value - statistics.fmean(pool)
     return centred / (statistics.stdev(pool) + eps) if use_std else centred
+
+
+def anchor_size_metrics(sizes: list[int]) -> dict[str, float]:
+    """The anchor-group size distribution: share of singleton groups and mean size."""
+    if not sizes:
+        return {}
+    return {"anchor_singleton_share": sum(n == 1 for n in sizes) / len(sizes),
+            "anchor_mean_size": sum(sizes) / len(sizes)}

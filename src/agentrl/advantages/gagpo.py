@@ -12,16 +12,19 @@ from __future__ import annotations
 import statistics
 
 from agentrl.advantages import Advantages, register
-from agentrl.advantages.common import anchor_groups, discounted_returns, normalize
+from agentrl.advantages.common import anchor_groups, anchor_size_metrics, discounted_returns, normalize
 from agentrl.rollout.types import group_by_id
 
 
 @register("gagpo")
 def gagpo(trajectories, config) -> Advantages:
     values: dict[int, list[float]] = {}
+    sizes: list[int] = []
     for group in group_by_id(trajectories).values():
         returns = {id(t): discounted_returns([s.reward for s in t.steps], config.gamma) for t in group}
-        value_of = {anchor: statistics.fmean(v) for anchor, v in anchor_groups(group, returns).items()}
+        anchors = anchor_groups(group, returns)
+        sizes += [len(v) for v in anchors.values()]
+        value_of = {anchor: statistics.fmean(v) for anchor, v in anchors.items()}
         raw: dict[int, list[float]] = {}
         for t in group:
             v = [value_of[s.anchor] for s in t.steps] + [0.0]
@@ -34,4 +37,4 @@ def gagpo(trajectories, config) -> Advantages:
         pool = [a for t in group for a in raw[id(t)]]
         for t in group:
             values[id(t)] = [normalize(a, pool, config.normalize_std, config.eps) for a in raw[id(t)]]
-    return Advantages([values[id(t)] for t in trajectories])
+    return Advantages([values[id(t)] for t in trajectories], anchor_size_metrics(sizes))

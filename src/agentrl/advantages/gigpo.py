@@ -9,7 +9,7 @@ group whose raw observation is identical. A singleton anchor group gives A_step 
 from __future__ import annotations
 
 from agentrl.advantages import Advantages, register
-from agentrl.advantages.common import anchor_groups, discounted_returns, normalize
+from agentrl.advantages.common import anchor_groups, anchor_size_metrics, discounted_returns, normalize
 from agentrl.rollout.types import group_by_id
 
 
@@ -29,8 +29,4 @@ def gigpo(trajectories, config) -> Advantages:
             values[id(t)] = [
                 episode + config.step_weight * normalize(r, anchors[s.anchor], config.step_std, config.eps)
                 for s, r in zip(t.steps, returns[id(t)])]
-    metrics = {}
-    if sizes:
-        metrics = {"anchor_singleton_share": sum(n == 1 for n in sizes) / len(sizes),
-                   "anchor_mean_size": sum(sizes) / len(sizes)}
-    return Advantages([values[id(t)] for t in trajectories], metrics)
+    return Advantages([values[id(t)] for t in trajectories], anchor_size_metrics(sizes))

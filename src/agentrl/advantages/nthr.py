@@ -1,0 +1,91 @@
+"""NTHR (Deng et al., arXiv 2505.18830): down-weight the penalty on the negative-sample tokens
+that are most coupled to the positive samples of their group. A modifier on top of any
+estimator (`rl.nthr`), applied to the per-token advantages before the update.
+
+What is implemented, exactly. Within each task group, positive tokens P are the response tokens
+of step samples with A > 0 and negative tokens N those with A < 0. For a token i with final
+hidden state h_i (the lm_head's input at the position that predicts it) and prediction error
+e_i = onehot(y_i) - softmax(W h_i / T), the gradient of log p(y_i) with respect to the lm_head W
+is e_i h_i^T / T, so a gradient step on token i changes log p(y_j) to first order in proportion to
+
+    k(i, j) = <e_i, e_j> * <h_i, h_j>       (the last layer's gradient inner product).
+
+The score of a negative token is its coupling to the positive set, s_k = sum_{j in P} k(k, j): a
+large s_k means that pushing token k down also pushes the positive responses down (the "lazy
+likelihood displacement" of the paper). The reference level is the positive tokens' own
+coupling, m = mean_{i in P} sum_{j in P} k(i, j). Negative tokens with s_k > tau * m have their
+advantage multiplied by eta (0 <= eta < 1); all other tokens are untouched. Groups without both
+positive and negative samples are untouched. The paper selects tokens by this kind of score
+against correct responses; tau and eta are this implementation's knobs (defaults 1.0 and 0.5).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from agentrl.actor.batch import budget_chunks, micro_batches
+
+
+def coupling(h_a, y_a, p_a, h_b, y_b, p_b) -> torch.Tensor:
+    """k(a, b) (Na, Nb) = <e_a, e_b> <h_a, h_b> without materialising the error vectors' outer
+    products: <e_a, e_b> = [y_a = y_b] - p_a[y_b] - p_b[y_a] + <p_a, p_b>."""
+    errors = ((y_a[:, None] == y_b[None, :]).to(h_a.dtype) - p_a[:, y_b] - p_b[:, y_a].T + p_a @ p_b.T)
+    return errors * (h_a @ h_b.T)
+
+
+def nthr_token_weights(h_pos, y_pos, h_neg, y_neg, head_weight, temperature: float, tau: float,
+                       eta: float) -> torch.Tensor:
+    """Multipliers (Nn,) for the negative tokens' advantages."""
+    p_pos = torch.softmax(h_pos @ head_weight.T / temperature, -1)
+    p_neg = torch.softmax(h_neg @ head_weight.T / temperature, -1)
+    reference = coupling(h_pos, y_pos, p_pos, h_pos, y_pos, p_pos).sum(1).mean()
+    scores = coupling(h_neg, y_neg, p_neg, h_pos, y_pos, p_pos).sum(1)
+    return torch.where(scores > tau * reference, torch.full_like(scores, eta), torch.ones_like(scores))
+
+
+@torch.no_grad()
+def token_hidden(model, samples, pad_id: int, token_budget: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(hidden (n, H), targets (n,)) of every sample's trained tokens, in the samples' order."""
+    out = {}
+    for batch_samples in budget_chunks(samples, token_budget):
+        batch = micro_batches(batch_samples, 10**12, pad_id)[0]
+        hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+        hidden = hidden[:, :-1][batch.mask[:, 1:]].float()
+        targets = batch.input_ids[:, 1:][batch.mask[:, 1:]]
+        offset = 0
+        for s in sorted(batch_samples, key=lambda x: len(x.ids), reverse=True):
+            out[id(s)] = (hidden[offset:offset + s.n_targets], targets[offset:offset + s.n_targets])
+            offset += s.n_targets
+    return [out[id(s)] for s in samples]
+
+
+def apply_nthr(model, samples, group_ids: list[int], config, temperature: float, pad_id: int,
+               token_budget: int) -> dict[str, float]:
+    """Rescale `values["advantages"]` of the negative samples' tokens in place."""
+    features = token_hidden(model, samples, pad_id, token_budget)
+    head = model.get_output_embeddings().weight.detach().float()
+    groups: dict[int, list[int]] = {}
+    for i, g in enumerate(group_ids):
+        groups.setdefault(g, []).append(i)
+    negative_tokens = downweighted = 0
+    for members in groups.values():
+        pos = [i for i in members if samples[i].values["advantages"][0] > 0]
+        neg = [i for i in members if samples[i].values["advantages"][0] < 0]
+        if not pos or not neg:
+            continue
+        h_pos = torch.cat([features[i][0] for i in pos])
+        y_pos = torch.cat([features[i][1] for i in pos])
+        weights = nthr_token_weights(h_pos, y_pos, torch.cat([features[i][0] for i in neg]),
+                                     torch.cat([features[i][1] for i in neg]), head, temperature,
+                                     config.tau, config.eta).tolist()
+        offset = 0
+        for i in neg:
+            values = samples[i].values["advantages"]
+            w = weights[offset:offset + len(values)]
+            samples[i].values["advantages"] = [a * x for a, x in zip(values, w)]
+            offset += len(values)
+            negative_tokens += len(values)
+            downweighted += sum(x != 1.0 for x in w)
+    return {"nthr/negative_tokens": float(negative_tokens),
+            "nthr/downweighted_share": downweighted / negative_tokens if negative_tokens else 0.0}
+

@@ -1,0 +1,66 @@
+"""NTHR: the coupling score is the lm_head gradient inner product, and only negative tokens
+coupled to positive ones are down-weighted."""
+
+import torch
+
+from agentrl.advantages.nthr import coupling, nthr_token_weights
+
+
+def head_gradients(h, y, weight, temperature):
+    """Per-token gradient of log p(y | h) w.r.t. the lm_head weight, flattened, by autograd."""
+    grads = []
+    for hi, yi in zip(h, y):
+        w = weight.clone().requires_grad_(True)
+        torch.log_softmax(hi @ w.T / temperature, -1)[yi].backward()
+        grads.append(w.grad.flatten())
+    return torch.stack(grads)
+
+
+def test_coupling_equals_the_head_gradient_inner_product():
+    torch.manual_seed(0)
+    weight, temperature = torch.randn(11, 5, dtype=torch.float64), 0.7
+    h_a, h_b = torch.randn(4, 5, dtype=torch.float64), torch.randn(3, 5, dtype=torch.float64)
+    y_a, y_b = torch.tensor([1, 3, 3, 0]), torch.tensor([3, 7, 1])
+    p_a = torch.softmax(h_a @ weight.T / temperature, -1)
+    p_b = torch.softmax(h_b @ weight.T / temperature, -1)
+    expected = head_gradients(h_a, y_a, weight, temperature) @ head_gradients(h_b, y_b, weight, temperature).T
+    assert torch.allclose(coupling(h_a, y_a, p_a, h_b, y_b, p_b) / temperature ** 2, expected)
+
+
+def test_only_tokens_coupled_to_positives_are_downweighted():
+    torch.manual_seed(1)
+    weight = torch.randn(16, 8)
+    h_pos, y_pos = torch.randn(3, 8), torch.tensor([2, 5, 9])
+    # Negative token 0 repeats a positive token exactly (the strongest coupling there is);
+    # token 1 has a hidden state orthogonal to every positive one (no coupling at all).
+    q, _ = torch.linalg.qr(torch.cat([h_pos.T, torch.randn(8, 1)], 1))
+    orthogonal = q[:, 3] * 5
+    h_neg, y_neg = torch.stack([h_pos[1], orthogonal]), torch.tensor([5, 5])
+    weights = nthr_token_weights(h_pos, y_pos, h_neg, y_neg, weight, 1.0, tau=0.3, eta=0.25)
+    assert weights.tolist() == [0.25, 1.0]
+    p = torch.softmax(h_neg @ weight.T, -1)
+    p_pos = torch.softmax(h_pos @ weight.T, -1)
+    assert coupling(h_neg, y_neg, p, h_pos, y_pos, p_pos)[1].abs().max() < 1e-4
+
+
+def test_apply_nthr_rescales_only_negative_samples_of_mixed_groups(tiny_model_dir):
+    from agentrl.actor.batch import TrainSample
+    from agentrl.advantages.nthr import apply_nthr
+    from agentrl.config import NTHRConfig
+    from agentrl.models import load_model
+
+    model = load_model(str(tiny_model_dir))
+
+    def sample(advantage, response):
+        return TrainSample.from_turn([5, 6, 7], response, advantages=[advantage] * len(response))
+
+    samples = [sample(1.0, [8, 9]), sample(-1.0, [8, 9]), sample(-2.0, [10, 11, 12]),  # group 0
+               sample(-1.0, [8, 9])]  # group 1: no positive sample
+    # tau very low: every negative token of group 0 counts as coupled.
+    metrics = apply_nthr(model, samples, [0, 0, 0, 1], NTHRConfig(tau=-1e9, eta=0.5), 1.0, 0, 10_000)
+    assert [s.values["advantages"] for s in samples] == [[1.0, 1.0], [-0.5, -0.5], [-1.0, -1.0, -1.0], [-1.0, -1.0]]
+    assert metrics == {"nthr/negative_tokens": 5.0, "nthr/downweighted_share": 1.0}
+    # tau very high: nothing is coupled enough.
+    samples = [sample(1.0, [8, 9]), sample(-1.0, [8, 9])]
+    apply_nthr(model, samples, [0, 0], NTHRConfig(tau=1e9, eta=0.5), 1.0, 0, 10_000)
+    assert samples[1].values["advantages"] == [-1.0, -1.0]
