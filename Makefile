@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow lint clean
+.PHONY: demo test test-slow compare-estimators clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -22,6 +22,20 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# GRPO vs GiGPO vs GAGPO vs RLOO vs PPO from the demo's cold start, 3 seeds each, equal budget
+# (about an hour on 2 cores). Results: runs/compare-estimators/{summary.md,summary.json,curves.png}.
+COMPARE := runs/compare-estimators
+compare-estimators: $(STAMP)
+	$(VENV)/bin/agentrl run recipes/demo.yaml --set run_dir=$(COMPARE)/coldstart \
+		--set model.path=$(COMPARE)/coldstart/model-init --set rl.steps=0
+	$(PY) benchmarks/compare.py --recipe recipes/demo.yaml --model $(COMPARE)/coldstart/sft/model \
+		--out $(COMPARE) --seeds 1 2 3 --set rl.steps=30 \
+		--variant "grpo:" \
+		--variant "rloo:rl.advantage={type: rloo}" \
+		--variant "gigpo:rl.advantage={type: gigpo}" \
+		--variant "gagpo:rl.advantage={type: gagpo};rl.loss={type: seq_ratio}" \
+		--variant "ppo:rl.advantage={type: ppo, critic_lr: 5.0e-4}"
 
 clean:
 	rm -rf runs .pytest_cache

@@ -97,13 +97,15 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--variant", action="append", required=True, help="name:override;override")
+    parser.add_argument("--set", action="append", default=[], dest="common",
+                        help="an override for every variant (key=value, repeatable)")
     args = parser.parse_args()
 
     out = Path(args.out)
     summary, runs = {}, {}
     for spec in args.variant:
         name, _, overrides = spec.partition(":")
-        overrides = [o for o in overrides.split(";") if o.strip()]
+        overrides = [*args.common, *(o for o in overrides.split(";") if o.strip())]
         runs[name] = [out / name / f"seed{seed}" for seed in args.seeds]
         per_seed = [train_once(args.recipe, args.model, overrides, seed, d) for seed, d in zip(args.seeds, runs[name])]
         summary[name] = pooled(per_seed)
