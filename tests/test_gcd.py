@@ -181,3 +181,72 @@ def test_training_with_gcd_logs_judge_metrics_and_correction(tiny_model_dir, tmp
     # The random actor's judgments never parse, so there are no critiques and no correction yet.
     assert rows[-1]["aux/gcd/verdict_parse_rate"] == 0 and not (tmp_path / "run" / "correction.jsonl").exists()
     assert results["l0"]["episodes"] == 3
+
+
+def test_classifier_judge_learns_its_labels_through_the_actor(tiny_model_dir):
+    from agentrl.actor.single import SingleActor
+    from agentrl.config import OptimConfig
+    from agentrl.losses.gcd import ClassifierJudgeLoss
+
+    model, tokenizer = load_model(tiny_model_dir), load_tokenizer(tiny_model_dir)
+    judge = ClassifierJudgeLoss(gcd_config(judge="classifier"), model, tokenizer, seed=0)
+    actor = SingleActor(model, OptimConfig(lr=1e-3), judge.head.parameters())
+    t = traj(["start", "A", "B", "A", "C"], success=True)
+    samples = judge.prepare([t], step=1).samples
+    assert sorted(s.values["label"][0] for s in samples) == [0.0, 1.0]
+    assert all(s.n_targets == 1 for s in samples)
+
+    def loss_fn(batch):
+        loss, counts = judge.hidden_loss(actor.token_hidden(batch), batch.values)
+        return loss.sum() / len(samples), counts
+
+    before = [p.detach().clone() for p in model.parameters()]
+    batches = micro_batches(samples, 10**6, tokenizer.pad_token_id)
+    for _ in range(60):
+        metrics = actor.optimizer_step([(batches, loss_fn)])
+    assert metrics["judge_accuracy"] == 2  # both pairs judged right
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))  # the body learns too
+    assert judge.evaluate([t], seed=0)["judge_accuracy"] == 1.0
+
+
+def test_classifier_judge_trains_in_the_loop_and_resumes_exactly(tiny_model_dir, tmp_path, judge_server):
+    def config(run_dir, steps):
+        return validate_config({
+            "seed": 5, "run_dir": str(run_dir),
+            "env": {"type": "household", "max_steps": 4},
+            "prompt": {"template": COMPACT, "history_length": 1},
+            "sampling": {"max_new_tokens": 8},
+            "rl": {"steps": steps, "tasks_per_step": 2, "group_size": 3, "mini_batch_size": 64,
+                   "optim": {"lr": 1e-3}, "save_every": 1,
+                   "aux": [{"type": "gcd", "judge": "classifier", "pairs_per_step": 4, "eval_pairs": 4,
+                            "labels": ["llm", "env"],
+                            "external": {"base_url": judge_server, "model": "tiny", "asks": 2, "agree": 2,
+                                         "pairs_per_step": 2, "max_tokens": 20, "temperature": 0.0}}]},
+            "eval": {"episodes": 2, "splits": ["l0"]},
+        })
+
+    def run(cfg, resume=False):
+        trainer = RLTrainer(cfg, str(tiny_model_dir), tmp_path / cfg.run_dir)
+        try:
+            return trainer.run(resume=resume)
+        finally:
+            trainer.close()
+
+    from agentrl.checkpoint import list_checkpoints
+    from safetensors.torch import load_file
+
+    results = run(config(tmp_path / "a", 2))
+    rows = read_metrics(tmp_path / "a" / "logs" / "metrics.jsonl")
+    assert all(r["aux/gcd/pairs"] == 4 and 0 <= r["aux/gcd/judge_accuracy"] <= 1 for r in rows)
+    assert results["l0"]["episodes"] == 2
+    run(config(tmp_path / "b", 1))
+    run(config(tmp_path / "b", 2), resume=True)
+    head_a = load_file(list_checkpoints(tmp_path / "a")[-1] / "gcd" / "head.safetensors")
+    head_b = load_file(list_checkpoints(tmp_path / "b")[-1] / "gcd" / "head.safetensors")
+    assert head_a["weight"].abs().sum() > 0
+    assert all(torch.equal(head_a[k], head_b[k]) for k in head_a)
+
+
+def test_classifier_has_no_critiques_for_correction():
+    with pytest.raises(ValueError, match="generative"):
+        GCDAuxConfig(judge="classifier", correction={"every": 1})

@@ -1,8 +1,8 @@
 """Atomic checkpoints: written to a temporary folder, then renamed into place.
 
 A crash while saving leaves the previous checkpoint intact; the last `keep_last` are kept.
-Layout: checkpoints/step_000010/{model/ (HF folder), optimizer.pt, trainer_state.json,
-critic/ (PPO only)}.
+Layout: checkpoints/step_000010/{model/ (HF folder), optimizer.pt, trainer_state.json, and one
+folder per extra trained part: critic/ (PPO), gcd/ (a GCD classifier head)}.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ def checkpoint_dir(run_dir: Path) -> Path:
 
 
 def save_checkpoint(run_dir: Path, step: int, actor, tokenizer, state: dict, keep_last: int,
-                    critic=None) -> Path:
+                    parts: dict | None = None) -> Path:
+    """`parts`: name -> object with save(path) / load(path), each saved into its own folder."""
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
@@ -26,8 +27,8 @@ def save_checkpoint(run_dir: Path, step: int, actor, tokenizer, state: dict, kee
     tmp.mkdir()
     actor.save(tmp)
     tokenizer.save_pretrained(tmp / "model")
-    if critic is not None:
-        critic.save(tmp / "critic")
+    for name, part in (parts or {}).items():
+        part.save(tmp / name)
     (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **state}, indent=2))
     if final.exists():
         shutil.rmtree(final)

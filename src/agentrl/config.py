@@ -306,6 +306,10 @@ class GCDAuxConfig(Section):
     type: Literal["gcd"] = "gcd"
     name: str = "gcd"
     weight: float = Field(1.0, ge=0)
+    judge: Literal["generative", "classifier"] = "generative"
+    """generative: the actor writes judgments (GRPO on verdicts); classifier: the ablation with a
+    linear value head on the actor's hidden state (binary cross-entropy; group_size, sampling
+    and clip are then unused)."""
     labels: list[Literal["rules", "env", "llm"]] = ["rules", "env"]
     """Label sources in priority order ("llm" needs `external`)."""
     pairs_per_step: int = Field(30, ge=2)
@@ -325,6 +329,8 @@ class GCDAuxConfig(Section):
     def _llm_needs_endpoint(self):
         if "llm" in self.labels and self.external is None:
             raise ValueError("label source 'llm' needs an `external` judge endpoint")
+        if self.correction and self.judge == "classifier":
+            raise ValueError("prompt correction needs the generative judge's critiques (judge: generative)")
         if self.correction and self.correction.summarizer == "endpoint" and self.external is None:
             raise ValueError("correction.summarizer 'endpoint' needs an `external` judge endpoint")
         return self

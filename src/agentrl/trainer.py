@@ -28,7 +28,7 @@ from agentrl.data import read_chat_dataset
 from agentrl.gcd.correction import PromptCorrection
 from agentrl.gcd.judge import ChatEndpoint, ExternalJudge
 from agentrl.losses.aux import ChatSFTLoss
-from agentrl.losses.gcd import GCDLoss
+from agentrl.losses.gcd import ClassifierJudgeLoss, GCDLoss
 from agentrl.losses.policy import KL_ESTIMATORS, POLICY_LOSSES, aggregation_weights
 from agentrl.models import load_model, load_tokenizer
 from agentrl.progress import progress
@@ -80,7 +80,6 @@ class RLTrainer:
         self.config, self.rl, self.run_dir = config, config.rl, Path(run_dir)
         self.tokenizer = load_tokenizer(model_path)
         self.model = load_model(model_path, config.model.dtype)
-        self.actor = SingleActor(self.model, self.rl.optim)
         self.sampler = HFSampler(self.model, self.tokenizer)
         self.reference = None
         if self.rl.kl_coef > 0:
@@ -91,10 +90,17 @@ class RLTrainer:
                                  config.model.dtype, self.tokenizer.pad_token_id)
         self.pool = EnvPool(config.env, self.rl.workers, self.rl.env_step_timeout_s, self.rl.env_reset_timeout_s)
         self.aux_losses = list(aux_losses) if aux_losses is not None else [
-            build_aux_loss(aux, self.sampler, self.tokenizer, config.seed) for aux in self.rl.aux]
-        self.judge = next((a for a in self.aux_losses if isinstance(a, GCDLoss)), None)
+            build_aux_loss(aux, self.model, self.sampler, self.tokenizer, config.seed) for aux in self.rl.aux]
+        self.parts = {"critic": self.critic} if self.critic is not None else {}
+        extra_parameters = []
+        for aux in self.aux_losses:
+            if isinstance(aux, ClassifierJudgeLoss):
+                self.parts[aux.name] = aux
+                extra_parameters += aux.head.parameters()
+        self.actor = SingleActor(self.model, self.rl.optim, extra_parameters)
+        self.judge = next((a for a in self.aux_losses if isinstance(a, (GCDLoss, ClassifierJudgeLoss))), None)
         self.correction = None
-        if self.judge is not None and self.judge.config.correction is not None:
+        if isinstance(self.judge, GCDLoss) and self.judge.config.correction is not None:
             self.correction = PromptCorrection(self.judge.config.correction, self.judge, self.sampler,
                                                self.tokenizer, self.judge.endpoint, self.run_dir / "correction.jsonl")
         self.step = 0
@@ -232,9 +238,14 @@ class RLTrainer:
 
     def _aux_loss(self, aux, n_tokens: int):
         def loss_fn(batch):
-            logp, _ = self.actor.token_logprobs(batch)
-            loss = aux.token_loss(logp, batch.values).sum() / n_tokens
-            return aux.weight * loss, {f"aux/{aux.name}/loss": loss.detach()}
+            metrics = {}
+            if getattr(aux, "uses_hidden", False):
+                per_token, counts = aux.hidden_loss(self.actor.token_hidden(batch), batch.values)
+                metrics = {f"aux/{aux.name}/{k}": v / n_tokens for k, v in counts.items()}
+            else:
+                per_token = aux.token_loss(self.actor.token_logprobs(batch)[0], batch.values)
+            loss = per_token.sum() / n_tokens
+            return aux.weight * loss, {f"aux/{aux.name}/loss": loss.detach(), **metrics}
         return loss_fn
 
     def _extra_state(self) -> dict:
@@ -265,8 +276,8 @@ class RLTrainer:
             ckpt = latest_checkpoint(self.run_dir)
             if ckpt is not None:
                 self.actor.load(ckpt)
-                if self.critic is not None:
-                    self.critic.load(ckpt / "critic")
+                for name, part in self.parts.items():
+                    part.load(ckpt / name)
                 state = read_state(ckpt)
                 self.step = state["step"]
                 if self.judge is not None:
@@ -291,7 +302,7 @@ class RLTrainer:
                     tracker.log(self.step, metrics)
                     if (rl.save_every and self.step % rl.save_every == 0) or last:
                         save_checkpoint(self.run_dir, self.step, self.actor, self.tokenizer, self._extra_state(),
-                                        rl.keep_last, self.critic)
+                                        rl.keep_last, self.parts)
                     bar.update(task, completed=self.step, description=(
                         f"RL success {metrics['rollout/success']:.2f} len {metrics['rollout/length']:.1f}"))
         finally:
@@ -299,7 +310,7 @@ class RLTrainer:
         return results
 
 
-def build_aux_loss(aux_config, sampler, tokenizer, seed: int):
+def build_aux_loss(aux_config, model, sampler, tokenizer, seed: int):
     if aux_config.type == "chat_sft":
         return ChatSFTLoss(aux_config.name, read_chat_dataset(aux_config.data), tokenizer,
                            aux_config.batch_size, aux_config.weight, seed)
@@ -307,6 +318,8 @@ def build_aux_loss(aux_config, sampler, tokenizer, seed: int):
         ext = aux_config.external
         endpoint = ext and ChatEndpoint(ext.base_url, ext.model, ext.api_key_env, ext.timeout_s)
         external = ext and ExternalJudge(endpoint, ext.asks, ext.agree, ext.temperature, ext.max_tokens)
+        if aux_config.judge == "classifier":
+            return ClassifierJudgeLoss(aux_config, model, tokenizer, seed, external)
         return GCDLoss(aux_config, sampler, tokenizer, seed, external, endpoint)
     raise ValueError(f"unknown auxiliary loss {aux_config.type!r}")
 

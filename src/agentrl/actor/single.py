@@ -11,14 +11,19 @@ from agentrl.actor.batch import TokenBatch
 from agentrl.kernels import linear_logprob
 
 
+def trained_hidden(model, batch: TokenBatch) -> torch.Tensor:
+    """(N, H): the final hidden state at each position that predicts a trained token."""
+    hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask
+                                 ).last_hidden_state  # (B, L, H)
+    return hidden[:, :-1][batch.mask[:, 1:]]  # position t-1 predicts token t
+
+
 def response_logprobs(model, batch: TokenBatch, temperature: float = 1.0, entropy: bool = False):
     """log p (N,) of the trained tokens (and their entropy when asked), projecting only their
     hidden states through the lm_head with the fused kernel: prompt positions never reach the
     output layer, and not even the (N, V) logits of the trained tokens are materialised.
     """
-    hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask
-                                 ).last_hidden_state  # (B, L, H)
-    hidden = hidden[:, :-1][batch.mask[:, 1:]]  # (N, H): position t-1 predicts token t
+    hidden = trained_hidden(model, batch)
     targets = batch.input_ids[:, 1:][batch.mask[:, 1:]]  # (N,)
     head = model.get_output_embeddings()
     if getattr(head, "bias", None) is not None:
@@ -28,10 +33,13 @@ def response_logprobs(model, batch: TokenBatch, temperature: float = 1.0, entrop
 
 
 class SingleActor:
-    def __init__(self, model, optim):
+    def __init__(self, model, optim, extra_parameters=()):
+        """`extra_parameters` (e.g. a classifier head of an auxiliary loss) are optimised with
+        the model's; their state is in the optimizer's, their weights are saved by their owner."""
         self.model = model
         self.grad_clip = optim.grad_clip
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr, betas=tuple(optim.betas),
+        self.parameters = [*model.parameters(), *extra_parameters]
+        self.optimizer = torch.optim.AdamW(self.parameters, lr=optim.lr, betas=tuple(optim.betas),
                                            weight_decay=optim.weight_decay)
         warmup = optim.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -39,6 +47,9 @@ class SingleActor:
 
     def token_logprobs(self, batch, temperature=1.0, entropy=False):
         return response_logprobs(self.model, batch, temperature, entropy)
+
+    def token_hidden(self, batch):
+        return trained_hidden(self.model, batch)
 
     def optimizer_step(self, parts) -> dict[str, float]:
         self.model.train()
@@ -50,7 +61,7 @@ class SingleActor:
                 loss.backward()
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + float(value)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.grad_clip)
         totals["lr"] = self.scheduler.get_last_lr()[0]
         if torch.isfinite(grad_norm):
             self.optimizer.step()

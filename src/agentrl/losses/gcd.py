@@ -13,13 +13,35 @@ import random
 import statistics
 
 import torch
+from safetensors.torch import load_file, save_file
 
-from agentrl.actor.batch import TrainSample
+from agentrl.actor.batch import TrainSample, collate
+from agentrl.actor.single import trained_hidden
 from agentrl.gcd.judge import critique, judge_prompt, parse_verdict
 from agentrl.gcd.labels import balanced_selection, label_counts, label_steps
 from agentrl.losses.aux import AuxBatch
 from agentrl.losses.policy import ppo_clip
 from agentrl.rollout.collect import encode_prompt
+
+
+def select_pairs(judge, trajectories, step: int):
+    """The step's balanced (state, action) pairs to judge, and the label metrics."""
+    cfg = judge.config
+    rng = random.Random(f"{judge.seed}:{judge.name}:{step}")
+    labelled = label_steps(trajectories, cfg.labels, judge.external, cfg.external.pairs_per_step
+                           if cfg.external else 0, rng)
+    chosen = balanced_selection(labelled, cfg.pairs_per_step, rng)
+    metrics = {**label_counts(labelled), "pairs": float(len(chosen))}
+    if judge.external is not None:
+        metrics["labels/llm_errors"] = float(judge.external.errors)
+    return chosen, metrics
+
+
+def eval_pairs(judge, trajectories, seed: int):
+    """Balanced labelled steps for measuring judge accuracy (rule and environment labels only,
+    so evaluation never calls the external judge)."""
+    sources = [s for s in judge.config.labels if s != "llm"]
+    return balanced_selection(label_steps(trajectories, sources), judge.config.eval_pairs, random.Random(seed))
 
 
 class GCDLoss:
@@ -32,13 +54,7 @@ class GCDLoss:
 
     def prepare(self, trajectories, step: int) -> AuxBatch:
         cfg = self.config
-        rng = random.Random(f"{self.seed}:{self.name}:{step}")
-        labelled = label_steps(trajectories, cfg.labels, self.external, cfg.external.pairs_per_step
-                               if cfg.external else 0, rng)
-        chosen = balanced_selection(labelled, cfg.pairs_per_step, rng)
-        metrics = {**label_counts(labelled), "pairs": float(len(chosen))}
-        if self.external is not None:
-            metrics["labels/llm_errors"] = float(self.external.errors)
+        chosen, metrics = select_pairs(self, trajectories, step)
         if not chosen:
             return AuxBatch([], metrics)
 
@@ -66,11 +82,8 @@ class GCDLoss:
 
     @torch.no_grad()
     def evaluate(self, trajectories, seed: int) -> dict[str, float]:
-        """Judge accuracy on a balanced sample of labelled steps (greedy verdicts; the rule and
-        environment labels only, so evaluation never calls the external judge)."""
-        sources = [s for s in self.config.labels if s != "llm"]
-        chosen = balanced_selection(label_steps(trajectories, sources), self.config.eval_pairs,
-                                    random.Random(seed))
+        """Judge accuracy on a balanced sample of labelled steps (greedy verdicts)."""
+        chosen = eval_pairs(self, trajectories, seed)
         if not chosen:
             return {}
         params = self.config.sampling.model_copy(update={"temperature": 0.0})
@@ -84,3 +97,54 @@ class GCDLoss:
         segments = torch.zeros_like(logp, dtype=torch.long)
         loss, _ = ppo_clip(logp, tokens["old_logprobs"], tokens["advantages"], segments, self.config.clip)
         return loss
+
+
+class ClassifierJudgeLoss:
+    """The GCD ablation with a value-head classifier instead of the generative judge: a linear
+    head on the actor's final hidden state at the end of the same judge prompt (where the
+    generative judge would start its answer) predicts good / bad; binary cross-entropy on the
+    same balanced labelled pairs joins the RL loss in the same optimiser step. The head's
+    parameters are optimised with the actor's (`extra_parameters`) and saved in checkpoints."""
+
+    uses_hidden = True
+
+    def __init__(self, config, model, tokenizer, seed: int, external=None):
+        self.config, self.name, self.weight = config, config.name, config.weight
+        self.model, self.tokenizer, self.seed, self.external = model, tokenizer, seed, external
+        self.head = torch.nn.Linear(model.config.hidden_size, 1, dtype=model.dtype)
+        torch.nn.init.zeros_(self.head.weight)
+        torch.nn.init.zeros_(self.head.bias)
+        self.critiques: list[tuple[str, str]] = []  # a classifier writes none
+
+    def _sample(self, labelled) -> TrainSample:
+        ids = encode_prompt(self.tokenizer, judge_prompt(labelled.step))
+        # One trained position: the hidden state that would predict the answer's first token.
+        return TrainSample(ids + [self.tokenizer.eos_token_id], [False] * len(ids) + [True],
+                           {"label": [float(labelled.label)]})
+
+    def prepare(self, trajectories, step: int) -> AuxBatch:
+        chosen, metrics = select_pairs(self, trajectories, step)
+        return AuxBatch([self._sample(x) for x in chosen], metrics)
+
+    def hidden_loss(self, hidden: torch.Tensor, tokens: dict[str, torch.Tensor]):
+        """Per-sample BCE (N,) from the hidden states (N, H), and the number judged right
+        (the trainer divides by the sample count)."""
+        logits = self.head(hidden).squeeze(-1).float()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, tokens["label"], reduction="none")
+        return loss, {"judge_accuracy": ((logits > 0).float() == tokens["label"]).float().sum().detach()}
+
+    @torch.no_grad()
+    def evaluate(self, trajectories, seed: int) -> dict[str, float]:
+        chosen = eval_pairs(self, trajectories, seed)
+        if not chosen:
+            return {}
+        batch = collate([self._sample(x) for x in chosen], self.tokenizer.pad_token_id)
+        _, metrics = self.hidden_loss(trained_hidden(self.model, batch), batch.values)
+        return {"judge_accuracy": float(metrics["judge_accuracy"]) / len(chosen), "judge_pairs": len(chosen)}
+
+    def save(self, path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        save_file(self.head.state_dict(), path / "head.safetensors")
+
+    def load(self, path) -> None:
+        self.head.load_state_dict(load_file(path / "head.safetensors"))
