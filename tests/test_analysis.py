@@ -86,3 +86,24 @@ def test_analyze_cli_on_recorded_trajectories(tiny_model_dir, tmp_path):
     bad.write_text("{not json\n")
     assert main(["analyze", "repeats", "--model", str(tiny_model_dir), "--trajectories", str(bad),
                  "--out", str(tmp_path / "x")]) == 2
+
+
+def test_coupling_metrics_on_played_trajectories(tiny_model_dir):
+    from agentrl.analysis.coupling import coupling_metrics
+
+    env, prompt, rng = make_env(HouseholdEnvConfig()), PromptConfig(template=COMPACT, history_length=1), random.Random(1)
+    trajectories = []
+    for i, task in enumerate(sample_tasks(env, "train", 4, rng)):
+        policy = (lambda obs: env.expert_action()[1]) if i % 2 else (lambda obs: rng.choice(obs.admissible_actions))
+        t = _play(env, task, prompt, policy)
+        for s in t.steps:
+            s.response = f"<think>ok</think><action>{s.action}</action>"
+        trajectories.append(t)
+    model, tokenizer = load_model(tiny_model_dir), load_tokenizer(tiny_model_dir)
+    before = [p.detach().clone() for p in model.parameters()]
+    out = coupling_metrics(model, tokenizer, trajectories, 4, 1e-3, seed=0)
+    assert set(out) == {"grad_cos_pos_neg", "influence_same_class", "influence_different_class", "influence_gap",
+                        "cos_within_class", "cos_across_class", "separation"}
+    assert -1 <= out["grad_cos_pos_neg"] <= 1
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # the model is left as it was
+    assert coupling_metrics(model, tokenizer, trajectories[:0], 4, 1e-3, seed=0) == {}

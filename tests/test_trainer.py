@@ -151,3 +151,13 @@ def test_nthr_runs_inside_the_update(tiny_model_dir, tmp_path):
         trainer.close()
     assert 0.0 <= metrics["nthr/downweighted_share"] <= 1.0 and "timing_s/nthr" in metrics
     assert "timing_s/advantage" in metrics
+
+
+def test_coupling_lab_runs_inside_training(tiny_model_dir, tmp_path):
+    config = small_config(tmp_path, 1, coupling_every=1)
+    trainer = RLTrainer(config, str(tiny_model_dir), tmp_path)
+    try:
+        metrics = trainer.train_step()
+    finally:
+        trainer.close()
+    assert "timing_s/coupling" in metrics

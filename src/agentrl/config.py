@@ -371,6 +371,13 @@ class RLConfig(Section):
     """Auxiliary losses added to the policy loss in the same optimiser step."""
     eval_every: int = Field(0, ge=0)
     """Evaluate every N steps (0: only at the end)."""
+    coupling_every: int = Field(0, ge=0)
+    """Run the gradient-coupling lab on the step's rollouts every N steps, before the update
+    (0: never): coupling/{grad_cos_pos_neg, influence_gap, separation, ...}."""
+    coupling_pairs: int = Field(8, ge=2)
+    """Labelled steps (half good, half bad) the coupling lab uses."""
+    coupling_lr: float = Field(1e-3, gt=0)
+    """Step size of the lab's one-step influence."""
     save_every: int = Field(0, ge=0)
     """Checkpoint every N steps (0: only at the end)."""
     keep_last: int = Field(2, ge=1)

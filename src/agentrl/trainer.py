@@ -19,6 +19,7 @@ from agentrl.actor.batch import TrainSample, budget_chunks, micro_batches
 from agentrl.actor.single import SingleActor, response_logprobs
 from agentrl.advantages import compute_advantages
 from agentrl.advantages.nthr import apply_nthr
+from agentrl.analysis.coupling import coupling_metrics
 from agentrl.checkpoint import latest_checkpoint, read_state, save_checkpoint
 from agentrl.critic import Critic
 from agentrl.envs.base import sample_tasks
@@ -156,6 +157,12 @@ class RLTrainer:
                                             rl.nthr, cfg.sampling.temperature or 1.0,
                                             self.tokenizer.pad_token_id, rl.micro_batch_tokens))
             timing["nthr"] = time.perf_counter() - start
+        if rl.coupling_every and step % rl.coupling_every == 0:
+            start = time.perf_counter()
+            found = coupling_metrics(self.model, self.tokenizer, usable, rl.coupling_pairs, rl.coupling_lr,
+                                     step_seed(cfg.seed, step, "coupling"))
+            extra_metrics.update({f"coupling/{k}": v for k, v in found.items()})
+            timing["coupling"] = time.perf_counter() - start
         start = time.perf_counter()
         aux_batches = {aux.name: aux.prepare(usable, step) for aux in self.aux_losses}
         aux_samples = {name: b.samples for name, b in aux_batches.items()}

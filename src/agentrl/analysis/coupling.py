@@ -152,6 +152,19 @@ def labelled_pairs(trajectories, n: int, seed: int) -> tuple[list[Pair], list[Pa
     return good, bad
 
 
+def coupling_metrics(model, tokenizer, trajectories, pairs: int, lr: float, seed: int) -> dict[str, float]:
+    """The lab's summary numbers on one set of trajectories (logged during training): cosine of
+    the mean gradients of good and bad steps, influence gap, representation separation."""
+    good, bad = labelled_pairs(trajectories, pairs // 2, seed)
+    if not good or not bad:
+        return {}
+    out = {"grad_cos_pos_neg": gradient_similarity(model, tokenizer, {"pos": good, "neg": bad})["pos|neg"]}
+    chosen, labels = good + bad, [True] * len(good) + [False] * len(bad)
+    out.update(influence_gap(one_step_influence(model, tokenizer, chosen, lr), labels))
+    out.update(representation_separation(action_representations(model, tokenizer, chosen), labels))
+    return out
+
+
 def coupling_report(model, tokenizer, in_domain, out_of_domain, samples: int, influence_pairs: int,
                     lr: float, seed: int, out_dir) -> dict:
     """The lab on trajectory sets: gradient similarity table, one-step influence (+ heatmap),
