@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow compare-estimators clean
+.PHONY: demo test test-slow compare-estimators compare-gcd clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -36,6 +36,21 @@ compare-estimators: $(STAMP)
 		--variant "gigpo:rl.advantage={type: gigpo}" \
 		--variant "gagpo:rl.advantage={type: gagpo};rl.loss={type: seq_ratio}" \
 		--variant "ppo:rl.advantage={type: ppo, critic_lr: 5.0e-4}"
+
+# GRPO vs GRPO + GCD (generative judge and the value-head classifier ablation) and GiGPO vs
+# GiGPO + GCD from one cold start with judgment data, 3 seeds each, equal budget, plus the
+# coupling lab on fixed cold-start steps before and after (about an hour on 2 cores).
+GCD_RUNS := runs/compare-gcd
+compare-gcd: $(STAMP)
+	$(VENV)/bin/agentrl run recipes/gcd.yaml --set run_dir=$(GCD_RUNS)/coldstart \
+		--set model.path=$(GCD_RUNS)/coldstart/model-init --set rl.steps=0
+	$(PY) benchmarks/compare.py --recipe recipes/gcd.yaml --model $(GCD_RUNS)/coldstart/sft/model \
+		--out $(GCD_RUNS) --seeds 1 2 3 --coupling $(GCD_RUNS)/coldstart/eval/sft/trajectories_l0.jsonl \
+		--variant "grpo:rl.aux=[]" \
+		--variant "grpo+gcd:" \
+		--variant "grpo+gcd-classifier:rl.aux=[{type: gcd, judge: classifier, pairs_per_step: 16, eval_pairs: 40}]" \
+		--variant "gigpo:rl.aux=[];rl.advantage={type: gigpo}" \
+		--variant "gigpo+gcd:rl.advantage={type: gigpo}"
 
 clean:
 	rm -rf runs .pytest_cache

@@ -9,6 +9,9 @@ as is). Each (variant, seed) trains in <out>/<name>/seed<k>; finished runs are n
 summary pools the seeds' evaluation episodes per split (success with a 95% Wilson interval, plus
 the per-seed spread) and, where the runs logged it, judge accuracy; written to <out>/summary.json
 and <out>/summary.md, with learning curves in <out>/curves.png when matplotlib is installed.
+`--coupling TRAJECTORIES.jsonl` adds the coupling lab's numbers (gradient cosine of good vs bad
+steps, influence gap, representation separation) on those fixed steps, for the cold start and for
+every run's final model (mean over seeds).
 """
 
 from __future__ import annotations
@@ -18,8 +21,12 @@ import json
 import statistics
 from pathlib import Path
 
+from agentrl.analysis.behaviour import load_trajectories
+from agentrl.analysis.coupling import coupling_metrics
+from agentrl.checkpoint import latest_checkpoint
 from agentrl.config import load_config, save_config
 from agentrl.evaluate import wilson_interval
+from agentrl.models import load_model, load_tokenizer
 from agentrl.tracking import read_metrics
 from agentrl.trainer import RLTrainer
 
@@ -52,6 +59,19 @@ def pooled(per_seed: list[dict]) -> dict:
         if judged:
             out[split]["judge_accuracy"] = statistics.fmean(judged)
     return out
+
+
+def coupling_of(model_path, trajectories, pairs: int) -> dict[str, float]:
+    return coupling_metrics(load_model(str(model_path)), load_tokenizer(str(model_path)), trajectories, pairs,
+                            1e-3, seed=0)
+
+
+def coupling_table(coupling: dict[str, dict]) -> str:
+    keys = ["grad_cos_pos_neg", "influence_gap", "separation"]
+    lines = ["| model | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+    for name, values in coupling.items():
+        lines.append(f"| {name} | " + " | ".join(f"{values[k]:.4g}" for k in keys) + " |")
+    return "\n".join(lines)
 
 
 def markdown(summary: dict) -> str:
@@ -99,6 +119,8 @@ def main() -> None:
     parser.add_argument("--variant", action="append", required=True, help="name:override;override")
     parser.add_argument("--set", action="append", default=[], dest="common",
                         help="an override for every variant (key=value, repeatable)")
+    parser.add_argument("--coupling", help="trajectories_<split>.jsonl to run the coupling lab on")
+    parser.add_argument("--coupling-pairs", type=int, default=16)
     args = parser.parse_args()
 
     out = Path(args.out)
@@ -110,10 +132,19 @@ def main() -> None:
         per_seed = [train_once(args.recipe, args.model, overrides, seed, d) for seed, d in zip(args.seeds, runs[name])]
         summary[name] = pooled(per_seed)
         print(name, json.dumps({s: round(r["success"], 3) for s, r in summary[name].items()}))
+    text = markdown(summary)
+    if args.coupling:
+        trajectories = load_trajectories(args.coupling)
+        coupling = {"cold start": coupling_of(args.model, trajectories, args.coupling_pairs)}
+        for name, dirs in runs.items():
+            per_seed = [coupling_of(latest_checkpoint(d) / "model", trajectories, args.coupling_pairs) for d in dirs]
+            coupling[name] = {k: statistics.fmean(c[k] for c in per_seed) for k in per_seed[0]}
+        summary = {"methods": summary, "coupling": coupling}
+        text += "\n\nCoupling on " + args.coupling + ":\n\n" + coupling_table(coupling)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    (out / "summary.md").write_text(markdown(summary) + "\n")
+    (out / "summary.md").write_text(text + "\n")
     plot_curves(out, runs)
-    print(markdown(summary))
+    print(text)
 
 
 if __name__ == "__main__":
