@@ -32,6 +32,15 @@ def response_logprobs(model, batch: TokenBatch, temperature: float = 1.0, entrop
     return logp, (ent if entropy else None)
 
 
+def make_optimizer(parameters, optim):
+    """AdamW with a constant learning rate after a linear warmup (every actor backend)."""
+    optimizer = torch.optim.AdamW(parameters, lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay)
+    warmup = optim.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0)
+    return optimizer, scheduler
+
+
 class SingleActor:
     def __init__(self, model, optim, extra_parameters=()):
         """`extra_parameters` (e.g. a classifier head of an auxiliary loss) are optimised with
@@ -39,11 +48,7 @@ class SingleActor:
         self.model = model
         self.grad_clip = optim.grad_clip
         self.parameters = [*model.parameters(), *extra_parameters]
-        self.optimizer = torch.optim.AdamW(self.parameters, lr=optim.lr, betas=tuple(optim.betas),
-                                           weight_decay=optim.weight_decay)
-        warmup = optim.warmup_steps
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0)
+        self.optimizer, self.scheduler = make_optimizer(self.parameters, optim)
 
     def token_logprobs(self, batch, temperature=1.0, entropy=False):
         return response_logprobs(self.model, batch, temperature, entropy)

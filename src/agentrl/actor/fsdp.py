@@ -1,0 +1,132 @@
+"""FSDP2 actor: the model sharded over the data-parallel ranks with `fully_shard`.
+
+Every decoder layer is its own FSDP unit; the root unit is `TokenHead`, whose forward runs the
+decoder and the fused log-prob, so FSDP's hooks gather the root's own parameters (embeddings,
+final norm, lm_head: tied or not) for exactly that computation. Gradients are *summed* over
+ranks: each rank's loss is already normalised by the global token count
+(`losses.policy.aggregation_weights` with all-reduced counts), so the sum is the update a single
+process would make on the whole batch. (FSDP averages gradients over ranks, so each rank's loss
+is scaled by the world size; gloo cannot apply a divide factor of 1 itself.) Ranks may hold different numbers of micro-batches; the
+shorter ones run zero-weighted repeats so every rank makes the same collective calls.
+
+bf16 mixed precision (parameters in bf16 for compute, fp32 reduction and master weights) on
+CUDA; fp32 on CPU (gloo). `cpu_offload` keeps the sharded parameters and optimizer state in CPU
+memory; `activation_checkpointing` recomputes each layer's activations in backward.
+Checkpoints are torch.distributed.checkpoint (DCP) folders: each rank writes its own shards.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict, set_model_state_dict,
+                                                     set_optimizer_state_dict)
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+from agentrl.actor.batch import TokenBatch
+from agentrl.actor.single import make_optimizer, response_logprobs, trained_hidden
+
+
+class TokenHead(torch.nn.Module):
+    """The FSDP root: the causal LM, entered through the fused per-token computations."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, mask, temperature: float = 1.0, entropy: bool = False,
+                hidden: bool = False):
+        batch = TokenBatch(input_ids, attention_mask, mask, {}, None)
+        if hidden:
+            return trained_hidden(self.model, batch)
+        return response_logprobs(self.model, batch, temperature, entropy)
+
+
+class FSDPActor:
+    def __init__(self, model, optim, mixed_precision: bool = True, cpu_offload: bool = False,
+                 activation_checkpointing: bool = False):
+        if not dist.is_initialized():
+            raise RuntimeError("the fsdp2 actor needs torch.distributed (launch with torchrun or accelerate launch)")
+        self.model, self.grad_clip = model, optim.grad_clip
+        if activation_checkpointing:
+            model.gradient_checkpointing_enable()
+        options = {}
+        if mixed_precision and torch.cuda.is_available():
+            options["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if cpu_offload:
+            options["offload_policy"] = CPUOffloadPolicy()
+        for layer in model.get_decoder().layers:
+            fully_shard(layer, **options)
+        self.net = fully_shard(TokenHead(model), **options)
+        self.world = dist.get_world_size()
+        self.optimizer, self.scheduler = make_optimizer(list(self.net.parameters()), optim)
+
+    def token_logprobs(self, batch, temperature=1.0, entropy=False):
+        return self.net(batch.input_ids, batch.attention_mask, batch.mask, temperature, entropy)
+
+    def token_hidden(self, batch):
+        return self.net(batch.input_ids, batch.attention_mask, batch.mask, hidden=True)
+
+    def optimizer_step(self, parts) -> dict[str, float]:
+        """One update from every rank's (micro-batches, loss_fn) parts; metrics summed over ranks."""
+        self.net.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        work = [(batch, loss_fn, 1.0) for batches, loss_fn in parts for batch in batches]
+        if not work:
+            raise ValueError("every rank needs at least one micro-batch")
+        count = torch.tensor([len(work)])
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        work += [(work[0][0], work[0][1], 0.0)] * (int(count) - len(work))
+        totals: dict[str, float] = {}
+        for i, (batch, loss_fn, scale) in enumerate(work):
+            self.net.set_requires_gradient_sync(i == len(work) - 1)
+            loss, metrics = loss_fn(batch)
+            (loss * scale * self.world).backward()
+            if scale:
+                for key, value in metrics.items():
+                    totals[key] = totals.get(key, 0.0) + float(value)
+        grad_norm = torch.nn.utils.clip_grad_norm_(list(self.net.parameters()), self.grad_clip)
+        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+        lr = self.scheduler.get_last_lr()[0]
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+            self.scheduler.step()
+        keys = sorted(totals)
+        summed = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
+        dist.all_reduce(summed)
+        out = dict(zip(keys, summed.tolist()))
+        out.update({"lr": lr, "grad_norm": float(grad_norm)})
+        return out
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The unsharded weights (every rank gets them), named as in the plain HF model."""
+        state = get_model_state_dict(self.net, options=StateDictOptions(full_state_dict=True))
+        return {k.removeprefix("model."): v for k, v in state.items()}
+
+    def weights(self):
+        return self.full_state_dict().items()
+
+    def save(self, path: Path) -> None:
+        """Sharded model + optimizer state (DCP, every rank writes its shards); rank 0 also writes
+        the scheduler state and a plain HF folder (model/) that AutoModel and vLLM load."""
+        path = Path(path)
+        dcp.save({"model": get_model_state_dict(self.net),
+                  "optim": get_optimizer_state_dict(self.net, self.optimizer)}, checkpoint_id=path / "dcp")
+        full = self.full_state_dict()
+        if dist.get_rank() == 0:
+            self.model.save_pretrained(path / "model", state_dict=full)
+            (path / "scheduler.json").write_text(json.dumps(self.scheduler.state_dict()))
+        dist.barrier()
+
+    def load(self, path: Path) -> None:
+        path = Path(path)
+        state = {"model": get_model_state_dict(self.net), "optim": get_optimizer_state_dict(self.net, self.optimizer)}
+        dcp.load(state, checkpoint_id=path / "dcp")
+        set_model_state_dict(self.net, state["model"])
+        set_optimizer_state_dict(self.net, self.optimizer, state["optim"])
+        self.scheduler.load_state_dict(json.loads((path / "scheduler.json").read_text()))
