@@ -95,3 +95,83 @@ def test_fsdp2_two_ranks_match_one_process(tiny_model_dir, tmp_path):
     for name, value in reloaded.state_dict().items():
         if name in fsdp:
             assert torch.equal(value, fsdp[name]), name
+
+
+def write_recipe(path, run_dir, steps):
+    import yaml
+
+    from conftest import COMPACT
+    path.write_text(yaml.safe_dump({
+        "seed": 3, "run_dir": str(run_dir),
+        "env": {"type": "household", "max_steps": 3},
+        "prompt": {"template": COMPACT, "history_length": 1},
+        "sampling": {"max_new_tokens": 8},
+        "rl": {"steps": steps, "tasks_per_step": 2, "group_size": 3, "mini_batch_size": 8, "micro_batch_tokens": 600,
+               "save_every": 1, "keep_last": 5, "optim": {"lr": 1e-2}, "actor": {"backend": "fsdp2"},
+               # An untrained model fails every episode (all advantages 0): the entropy bonus
+               # gives every step a real gradient, so a bad resume shows in the numbers.
+               "entropy_coef": 0.05},
+        "eval": {"episodes": 2, "splits": ["l0"]},
+    }))
+
+
+def torchrun(recipe, model_dir, log, resume=False):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+               str(free_port()), "--no-python", str(Path(sys.executable).parent / "agentrl"), "train", str(recipe),
+               "--model", str(model_dir), *(["--resume"] if resume else [])]
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_two_rank_training_killed_and_resumed_matches_an_uninterrupted_run(tiny_model_dir, tmp_path):
+    import random
+    import signal
+    import subprocess
+    import time
+
+    from agentrl.checkpoint import list_checkpoints
+    from agentrl.tracking import read_metrics
+
+    def rows(run_dir):
+        return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "eval/"))}
+                for r in read_metrics(run_dir / "rl" / "logs" / "metrics.jsonl")]
+
+    with open(tmp_path / "straight.log", "w") as log:
+        write_recipe(tmp_path / "a.yaml", tmp_path / "a", 3)
+        assert torchrun(tmp_path / "a.yaml", tiny_model_dir, log).wait(timeout=600) == 0, \
+            (tmp_path / "straight.log").read_text()
+    straight = tmp_path / "a"
+    assert [r["step"] for r in rows(straight)] == [1, 2, 3]
+    checkpoint = list_checkpoints(straight / "rl")[-1]
+    assert (checkpoint / "dcp").is_dir() and (checkpoint / "model" / "model.safetensors").is_file()
+
+    # The same run, SIGKILLed (every rank at once) after a random checkpoint, then resumed.
+    write_recipe(tmp_path / "b.yaml", tmp_path / "b", 3)
+    kill_after = random.Random().choice([1, 2])
+    with open(tmp_path / "killed.log", "w") as log:
+        proc = torchrun(tmp_path / "b.yaml", tiny_model_dir, log)
+        deadline = time.time() + 600
+        target = tmp_path / "b" / "rl" / "checkpoints" / f"step_{kill_after:06d}"
+        while not target.exists():
+            assert proc.poll() is None and time.time() < deadline, (tmp_path / "killed.log").read_text()
+            time.sleep(0.02)
+        # torchrun starts every rank in a session of its own: kill the ranks, then torchrun.
+        ranks = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        for pid in ranks:
+            os.kill(int(pid), signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert len(ranks) == 2
+    assert list_checkpoints(tmp_path / "b" / "rl")[-1].name != "step_000003", "the kill came too late"
+    with open(tmp_path / "resumed.log", "w") as log:
+        assert torchrun(tmp_path / "b.yaml", tiny_model_dir, log, resume=True).wait(timeout=600) == 0, \
+            (tmp_path / "resumed.log").read_text()
+    assert all(r["actor/grad_norm"] > 0 for r in rows(straight))
+    assert rows(tmp_path / "b") == rows(straight), f"killed after step {kill_after}"
+    final_a = load_file(checkpoint / "model" / "model.safetensors")
+    final_b = load_file(list_checkpoints(tmp_path / "b" / "rl")[-1] / "model" / "model.safetensors")
+    assert all(torch.equal(final_a[k], final_b[k]) for k in final_a)

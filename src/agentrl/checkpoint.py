@@ -11,6 +11,8 @@ import json
 import shutil
 from pathlib import Path
 
+from agentrl import distributed
+
 
 def checkpoint_dir(run_dir: Path) -> Path:
     return run_dir / "checkpoints"
@@ -18,23 +20,29 @@ def checkpoint_dir(run_dir: Path) -> Path:
 
 def save_checkpoint(run_dir: Path, step: int, actor, tokenizer, state: dict, keep_last: int,
                     parts: dict | None = None) -> Path:
-    """`parts`: name -> object with save(path) / load(path), each saved into its own folder."""
+    """`parts`: name -> object with save(path) / load(path), each saved into its own folder.
+    With several ranks every rank calls this (a sharded actor writes its own shards); rank 0
+    writes the rest and renames the finished folder into place."""
     root = checkpoint_dir(run_dir)
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
     tmp = root / f".tmp-step_{step:06d}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    main = distributed.is_main()
+    if main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    distributed.barrier()
     actor.save(tmp)
-    tokenizer.save_pretrained(tmp / "model")
-    for name, part in (parts or {}).items():
-        part.save(tmp / name)
-    (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **state}, indent=2))
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
-    for old in list_checkpoints(run_dir)[:-keep_last]:
-        shutil.rmtree(old)
+    if main:
+        tokenizer.save_pretrained(tmp / "model")
+        for name, part in (parts or {}).items():
+            part.save(tmp / name)
+        (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **state}, indent=2))
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+        for old in list_checkpoints(run_dir)[:-keep_last]:
+            shutil.rmtree(old)
+    distributed.barrier()
     return final
 
 

@@ -151,17 +151,23 @@ def _dispatch(args, config) -> int:
         finally:
             tracker.close()
     elif args.command == "train":
+        from agentrl import distributed
         from agentrl.config import save_config
         from agentrl.trainer import RLTrainer
         if config.rl is None:
             print(f"{args.recipe}: the recipe has no rl section", file=sys.stderr)
             return 2
+        distributed.init_from_env()  # under torchrun / accelerate launch: one rank per process
         run_dir = Path(config.run_dir) / "rl"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(config, run_dir / "config.yaml")
+        if distributed.is_main():
+            run_dir.mkdir(parents=True, exist_ok=True)
+            save_config(config, run_dir / "config.yaml")
+        distributed.barrier()
         trainer = RLTrainer(config, args.model or config.model.path, run_dir)
         try:
-            print(json.dumps(trainer.run(resume=args.resume), indent=2))
+            results = trainer.run(resume=args.resume)
+            if distributed.is_main():
+                print(json.dumps(results, indent=2))
         finally:
             trainer.close()
     elif args.command == "eval":

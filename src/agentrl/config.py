@@ -241,6 +241,20 @@ class NTHRConfig(Section):
     eta: float = Field(0.5, ge=0, le=1)
 
 
+class ActorConfig(Section):
+    """Which actor backend trains the policy (the trainer is the same for all)."""
+
+    backend: Literal["single", "fsdp2"] = "single"
+    """single: one process; fsdp2: torch FSDP2 over the ranks of `torchrun` / `accelerate launch`
+    (gloo on CPU, nccl on GPUs)."""
+    mixed_precision: bool = True
+    """fsdp2 on CUDA: bf16 compute, fp32 gradient reduction and master weights."""
+    cpu_offload: bool = False
+    """fsdp2: keep sharded parameters, gradients and optimizer state in CPU memory."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in backward (less memory, more compute)."""
+
+
 class OptimConfig(Section):
     lr: float = Field(1e-6, gt=0)
     weight_decay: float = 0.01
@@ -365,6 +379,7 @@ class RLConfig(Section):
     advantage: AdvantageConfig = Field(default_factory=GRPOConfig)
     loss: PolicyLossConfig = Field(default_factory=PPOClipConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
+    actor: ActorConfig = Field(default_factory=ActorConfig)
     nthr: NTHRConfig | None = None
     """Down-weight the penalty on negative tokens coupled to positive samples (Deng et al.)."""
     aux: list[AuxConfig] = []
@@ -389,6 +404,15 @@ class RLConfig(Section):
     env_step_timeout_s: float = Field(60.0, gt=0)
     """A worker that takes longer for one step is killed and replaced (its episodes aborted)."""
     env_reset_timeout_s: float = Field(300.0, gt=0)
+
+    @model_validator(mode="after")
+    def _backend_supports(self):
+        if self.actor.backend == "fsdp2":
+            if self.advantage.type == "ppo":
+                raise ValueError("the ppo critic runs in one process only (actor.backend: single)")
+            if any(a.type == "gcd" and a.judge == "classifier" for a in self.aux):
+                raise ValueError("the GCD classifier head runs in one process only (actor.backend: single)")
+        return self
 
 
 class SFTConfig(Section):

@@ -3,6 +3,6 @@
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 
-def progress() -> Progress:
+def progress(disable: bool = False) -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), transient=False)
+                    TimeElapsedColumn(), transient=False, disable=disable)

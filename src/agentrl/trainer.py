@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from agentrl import distributed
 from agentrl.actor.batch import TrainSample, budget_chunks, micro_batches
 from agentrl.actor.single import SingleActor, response_logprobs
 from agentrl.advantages import compute_advantages
@@ -81,7 +82,14 @@ class RLTrainer:
         self.config, self.rl, self.run_dir = config, config.rl, Path(run_dir)
         self.tokenizer = load_tokenizer(model_path)
         self.model = load_model(model_path, config.model.dtype)
-        self.sampler = HFSampler(self.model, self.tokenizer)
+        self.world, self.rank = distributed.world(), distributed.rank()
+        if self.rl.tasks_per_step % self.world:
+            raise ValueError(f"rl.tasks_per_step ({self.rl.tasks_per_step}) must be a multiple of the "
+                             f"number of ranks ({self.world}): a task group never spans ranks")
+        sharded = self.rl.actor.backend != "single"
+        # A sharded actor cannot generate: each rank's sampler holds a full copy of the weights.
+        self.sampler = HFSampler(load_model(model_path, config.model.dtype) if sharded else self.model,
+                                 self.tokenizer)
         self.reference = None
         if self.rl.kl_coef > 0:
             self.reference = load_model(model_path, config.model.dtype).eval().requires_grad_(False)
@@ -98,7 +106,7 @@ class RLTrainer:
             if isinstance(aux, ClassifierJudgeLoss):
                 self.parts[aux.name] = aux
                 extra_parameters += aux.head.parameters()
-        self.actor = SingleActor(self.model, self.rl.optim, extra_parameters)
+        self.actor = build_actor(self.model, self.rl, extra_parameters)
         self.judge = next((a for a in self.aux_losses if isinstance(a, (GCDLoss, ClassifierJudgeLoss))), None)
         self.correction = None
         if isinstance(self.judge, GCDLoss) and self.judge.config.correction is not None:
@@ -115,11 +123,14 @@ class RLTrainer:
         step = self.step + 1
         timing: dict[str, float] = {}
         started = time.perf_counter()
+        # Every rank draws the same task list and plays its own contiguous share of it.
         tasks = sample_tasks(self.pool.local, "train", rl.tasks_per_step, random.Random(step_seed(cfg.seed, step, "tasks")))
-        torch.manual_seed(step_seed(cfg.seed, step, "sampling"))
+        share = rl.tasks_per_step // self.world
+        torch.manual_seed(step_seed(cfg.seed, step, "sampling" if self.world == 1 else f"sampling:{self.rank}"))
         hint = self.correction.refresh(step) if self.correction else ""
-        trajectories = collect(self.pool, self.sampler, self.tokenizer, tasks, rl.group_size, cfg.prompt,
-                               cfg.sampling, first_group_id=self.step * rl.tasks_per_step, timing=timing,
+        trajectories = collect(self.pool, self.sampler, self.tokenizer, tasks[self.rank * share:(self.rank + 1) * share],
+                               rl.group_size, cfg.prompt, cfg.sampling,
+                               first_group_id=self.step * rl.tasks_per_step + self.rank * share, timing=timing,
                                hint=hint)
         # An aborted episode leaves its group: the group baseline of the others would be biased
         # (a crash can correlate with the outcome), so the whole group sits this step out.
@@ -153,13 +164,13 @@ class RLTrainer:
             sample.values["advantages"] = [a] * sample.n_targets
         if rl.nthr is not None:
             start = time.perf_counter()
-            extra_metrics.update(apply_nthr(self.model, samples, [t.group_id for t in usable for _ in t.steps],
+            extra_metrics.update(apply_nthr(self.sampler.model, samples, [t.group_id for t in usable for _ in t.steps],
                                             rl.nthr, cfg.sampling.temperature or 1.0,
                                             self.tokenizer.pad_token_id, rl.micro_batch_tokens))
             timing["nthr"] = time.perf_counter() - start
         if rl.coupling_every and step % rl.coupling_every == 0:
             start = time.perf_counter()
-            found = coupling_metrics(self.model, self.tokenizer, usable, rl.coupling_pairs, rl.coupling_lr,
+            found = coupling_metrics(self.sampler.model, self.tokenizer, usable, rl.coupling_pairs, rl.coupling_lr,
                                      step_seed(cfg.seed, step, "coupling"))
             extra_metrics.update({f"coupling/{k}": v for k, v in found.items()})
             timing["coupling"] = time.perf_counter() - start
@@ -172,20 +183,23 @@ class RLTrainer:
         start = time.perf_counter()
         totals: dict[str, float] = {}
         order = random.Random(step_seed(cfg.seed, step, "shuffle"))
+        n_samples = int(distributed.all_sum([len(samples)])[0])
+        n_chunks = -(-n_samples // rl.mini_batch_size)
         for _ in range(rl.epochs):
             order.shuffle(samples)
-            chunks = [samples[i:i + rl.mini_batch_size] for i in range(0, len(samples), rl.mini_batch_size)]
-            for k, chunk in enumerate(chunks):
-                weights = aggregation_weights([s.n_targets for s in chunk], rl.loss_agg)
+            for k, chunk in enumerate(mini_batch_split(samples, rl.mini_batch_size, n_chunks, self.world)):
+                lengths = [s.n_targets for s in chunk]
+                weights = aggregation_weights(lengths, rl.loss_agg, distributed.all_sum([sum(lengths), len(lengths)]))
                 for s, w in zip(chunk, weights):
                     s.values["agg_weight"] = [w] * s.n_targets
                 parts = [(micro_batches(chunk, rl.micro_batch_tokens, self.tokenizer.pad_token_id),
-                          self._policy_loss())]
+                          self._policy_loss())] if chunk else []
                 for aux in self.aux_losses:
-                    share = aux_samples[aux.name][k::len(chunks)]
+                    share = aux_samples[aux.name][k::n_chunks]
+                    aux_tokens = distributed.all_sum([sum(s.n_targets for s in share)])[0]
                     if share:
                         parts.append((micro_batches(share, rl.micro_batch_tokens, self.tokenizer.pad_token_id),
-                                      self._aux_loss(aux, sum(s.n_targets for s in share))))
+                                      self._aux_loss(aux, aux_tokens)))
                 for key, value in self.actor.optimizer_step(parts).items():
                     totals[key] = totals.get(key, 0.0) + value
         timing["update"] = time.perf_counter() - start
@@ -202,8 +216,8 @@ class RLTrainer:
         self.sampler.update_weights(self.actor.weights())
         self.step = step
 
-        n_updates = rl.epochs * max(1, -(-len(samples) // rl.mini_batch_size))
-        n_tokens = rl.epochs * sum(s.n_targets for s in samples)
+        n_updates = max(1, rl.epochs * n_chunks)
+        n_tokens = rl.epochs * distributed.all_sum([sum(s.n_targets for s in samples)])[0]
         metrics = rollout_metrics(trajectories) | extra_metrics
         metrics.update(advantage_metrics([a for values in advantages.values for a in values]))
         metrics.update({f"adv/{k}": v for k, v in advantages.metrics.items()})
@@ -216,11 +230,13 @@ class RLTrainer:
                 metrics[f"actor/{key}"] = value / max(n_tokens, 1)
         for name, batch in aux_batches.items():
             metrics.update({f"aux/{name}/{k}": v for k, v in batch.metrics.items()})
-        metrics["tokens/processed"] = float(rl.epochs * sum(len(s.ids) for s in samples))
+        metrics["tokens/processed"] = rl.epochs * distributed.all_sum([sum(len(s.ids) for s in samples)])[0]
         metrics["tokens/response"] = float(n_tokens / rl.epochs)
         timing["step"] = time.perf_counter() - started
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
-        return metrics
+        # Rollout, advantage and timing statistics are per rank: averaged over the ranks.
+        # (Actor totals and token counts above are already global.)
+        return distributed.mean_metrics(metrics)
 
     def _policy_loss(self):
         rl, temperature = self.rl, self.config.sampling.temperature or 1.0
@@ -283,6 +299,7 @@ class RLTrainer:
             ckpt = latest_checkpoint(self.run_dir)
             if ckpt is not None:
                 self.actor.load(ckpt)
+                self.sampler.update_weights(self.actor.weights())  # a separate sampler copy too
                 for name, part in self.parts.items():
                     part.load(ckpt / name)
                 state = read_state(ckpt)
@@ -291,30 +308,55 @@ class RLTrainer:
                     self.judge.critiques = [tuple(c) for c in state.get("critiques", [])]
                 if self.correction is not None:
                     self.correction.hint = state.get("hint", "")
-        tracker = Tracker(self.run_dir / "logs", resume_step=self.step)
+        main = distributed.is_main()  # with several ranks, rank 0 evaluates, logs and reports
+        tracker = Tracker(self.run_dir / "logs", resume_step=self.step) if main else None
         results = {}
         try:
-            with progress() as bar:
+            with progress(disable=not main) as bar:
                 task = bar.add_task("RL", total=rl.steps, completed=self.step)
                 while self.step < rl.steps:
                     metrics = self.train_step()
                     last = self.step == rl.steps
-                    if (rl.eval_every and self.step % rl.eval_every == 0) or last:
+                    if main and ((rl.eval_every and self.step % rl.eval_every == 0) or last):
                         results = evaluate(self.pool, self.sampler, self.tokenizer, cfg.eval, cfg.prompt, cfg.seed,
                                            self.run_dir / "eval" / f"step_{self.step:06d}", judge=self.judge)
                         for split, r in results.items():
                             metrics[f"eval/{split}/success"] = r["success"]
                             if "judge_accuracy" in r:
                                 metrics[f"eval/{split}/judge_accuracy"] = r["judge_accuracy"]
-                    tracker.log(self.step, metrics)
+                    distributed.barrier()
+                    if tracker is not None:
+                        tracker.log(self.step, metrics)
                     if (rl.save_every and self.step % rl.save_every == 0) or last:
                         save_checkpoint(self.run_dir, self.step, self.actor, self.tokenizer, self._extra_state(),
                                         rl.keep_last, self.parts)
                     bar.update(task, completed=self.step, description=(
                         f"RL success {metrics['rollout/success']:.2f} len {metrics['rollout/length']:.1f}"))
         finally:
-            tracker.close()
+            if tracker is not None:
+                tracker.close()
         return results
+
+
+def build_actor(model, rl, extra_parameters):
+    if rl.actor.backend == "fsdp2":
+        from agentrl.actor.fsdp import FSDPActor
+        if extra_parameters:
+            raise ValueError("extra trained parameters need actor.backend: single")
+        return FSDPActor(model, rl.optim, rl.actor.mixed_precision, rl.actor.cpu_offload,
+                         rl.actor.activation_checkpointing)
+    if rl.actor.activation_checkpointing:
+        model.gradient_checkpointing_enable()
+    return SingleActor(model, rl.optim, extra_parameters)
+
+
+def mini_batch_split(samples: list, size: int, n_chunks: int, world: int) -> list[list]:
+    """This rank's part of each of the step's `n_chunks` mini-batches: slices of `size` in one
+    process; with several ranks, each rank's samples in `n_chunks` near-equal contiguous parts."""
+    if world == 1:
+        return [samples[i:i + size] for i in range(0, len(samples), size)]
+    bounds = [round(i * len(samples) / n_chunks) for i in range(n_chunks + 1)]
+    return [samples[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 def build_aux_loss(aux_config, model, sampler, tokenizer, seed: int):

@@ -28,8 +28,12 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_optimizer_state_dict)
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-from agentrl.actor.batch import TokenBatch
+from agentrl.actor.batch import TokenBatch, TrainSample, collate
 from agentrl.actor.single import make_optimizer, response_logprobs, trained_hidden
+
+
+def _idle_batch() -> TokenBatch:
+    return collate([TrainSample([0, 0], [False, True])])
 
 
 class TokenHead(torch.nn.Module):
@@ -77,10 +81,10 @@ class FSDPActor:
         self.net.train()
         self.optimizer.zero_grad(set_to_none=True)
         work = [(batch, loss_fn, 1.0) for batches, loss_fn in parts for batch in batches]
-        if not work:
-            raise ValueError("every rank needs at least one micro-batch")
         count = torch.tensor([len(work)])
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        if not work:  # this rank has nothing in this mini-batch: it still joins every collective
+            work = [(_idle_batch(), self._idle_loss, 0.0)]
         work += [(work[0][0], work[0][1], 0.0)] * (int(count) - len(work))
         totals: dict[str, float] = {}
         for i, (batch, loss_fn, scale) in enumerate(work):
@@ -102,6 +106,9 @@ class FSDPActor:
         out = dict(zip(keys, summed.tolist()))
         out.update({"lr": lr, "grad_norm": float(grad_norm)})
         return out
+
+    def _idle_loss(self, batch):
+        return self.token_logprobs(batch)[0].sum(), {}
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The unsharded weights (every rank gets them), named as in the plain HF model."""

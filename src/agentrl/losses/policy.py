@@ -74,14 +74,15 @@ KL_ESTIMATORS: dict[str, Callable] = {
 """Per-token estimators of KL(pi || ref) from samples of pi (Schulman, "Approximating KL")."""
 
 
-def aggregation_weights(lengths: list[int], mode: str) -> list[float]:
+def aggregation_weights(lengths: list[int], mode: str, totals: tuple[float, float] | None = None) -> list[float]:
     """Per-sample token weight so that sum(weight * token loss) over a whole mini-batch is its
-    aggregated loss; the weights use the global counts, so any micro-batch split sums the same."""
-    n_tokens, n_seqs = sum(lengths), len(lengths)
+    aggregated loss; the weights use the global counts, so any micro-batch split sums the same.
+    `totals` (tokens, sequences) of the whole mini-batch when `lengths` is one rank's share."""
+    n_tokens, n_seqs = totals or (sum(lengths), len(lengths))
     if mode == "token-mean":
-        return [1.0 / max(n_tokens, 1)] * n_seqs
+        return [1.0 / max(n_tokens, 1)] * len(lengths)
     if mode == "seq-mean-token-mean":
         return [1.0 / (max(n, 1) * n_seqs) for n in lengths]
     if mode == "seq-mean-token-sum":
-        return [1.0 / n_seqs] * n_seqs
+        return [1.0 / n_seqs] * len(lengths)
     raise ValueError(f"unknown loss aggregation {mode!r}")

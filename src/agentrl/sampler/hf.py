@@ -16,7 +16,7 @@ class HFSampler:
         self.eos_id = tokenizer.eos_token_id
 
     def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        params = dict(self.model.named_parameters())
+        params = self.model.state_dict()  # every name, tied ones too (they share storage)
         with torch.no_grad():
             for name, tensor in weights:
                 if params[name].data_ptr() != tensor.data_ptr():

@@ -1,0 +1,53 @@
+"""Data-parallel helpers: one process per rank (torchrun / accelerate launch set RANK and
+WORLD_SIZE); everything is a no-op in a single process."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def init_from_env() -> None:
+    """Join the process group the launcher describes (nccl on GPUs, gloo on CPU)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def world() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+def barrier() -> None:
+    if world() > 1:
+        dist.barrier()
+
+
+def all_sum(values: list[float]) -> list[float]:
+    if world() == 1:
+        return list(values)
+    tensor = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def mean_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """Each key averaged over the ranks that logged it (ranks may log different keys: e.g. an
+    estimator's statistics need at least two samples)."""
+    if world() == 1:
+        return metrics
+    gathered: list[dict] = [{} for _ in range(world())]
+    dist.all_gather_object(gathered, metrics)  # our own ranks' floats, never outside input
+    keys = sorted({k for m in gathered for k in m})
+    return {k: sum(m[k] for m in gathered if k in m) / sum(k in m for m in gathered) for k in keys}
