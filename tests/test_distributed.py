@@ -48,14 +48,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def fsdp_rank(rank, world, port, model_dir, out_dir):
+def policy(model_dir, lora):
+    torch.manual_seed(0)
+    model = load_model(model_dir)
+    if lora:
+        from agentrl.config import LoRAConfig
+        from agentrl.models import add_lora
+        model = add_lora(model, LoRAConfig(r=4, alpha=8))
+    return model
+
+
+def fsdp_rank(rank, world, port, model_dir, out_dir, lora):
     from agentrl.actor.fsdp import FSDPActor
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        torch.manual_seed(0)
-        actor = FSDPActor(load_model(model_dir), OPTIM)
+        actor = FSDPActor(policy(model_dir, lora), OPTIM)
         mine = batch_samples()[rank::world]  # each rank its share; weights use the global counts
         # Rank 1 packs its share into more micro-batches than rank 0 (uneven counts are padded).
         budget = 10**6 if rank == 0 else 1
@@ -74,10 +83,13 @@ def fsdp_rank(rank, world, port, model_dir, out_dir):
         dist.destroy_process_group()
 
 
-def test_fsdp2_two_ranks_match_one_process(tiny_model_dir, tmp_path):
-    mp.spawn(fsdp_rank, args=(2, free_port(), str(tiny_model_dir), str(tmp_path)), nprocs=2)
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_fsdp2_two_ranks_match_one_process(tiny_model_dir, tmp_path, lora):
+    if lora:
+        pytest.importorskip("peft")
+    mp.spawn(fsdp_rank, args=(2, free_port(), str(tiny_model_dir), str(tmp_path), lora), nprocs=2)
 
-    model = load_model(str(tiny_model_dir))
+    model = policy(str(tiny_model_dir), lora)
     actor = SingleActor(model, OPTIM)
     metrics = actor.optimizer_step([(micro_batches(batch_samples(), 10**6), make_loss(actor))])
     fsdp = load_file(tmp_path / "fsdp.safetensors")
@@ -85,16 +97,22 @@ def test_fsdp2_two_ranks_match_one_process(tiny_model_dir, tmp_path):
     assert set(fsdp) <= set(single)
     for name, value in fsdp.items():
         assert torch.allclose(value, single[name], atol=2e-5, rtol=0), name
-    moved = sum(not torch.equal(fsdp[k], load_model(str(tiny_model_dir)).state_dict()[k]) for k in fsdp)
-    assert moved > 0
+    initial = policy(str(tiny_model_dir), lora).state_dict()
+    moved = {k for k in fsdp if not torch.equal(fsdp[k], initial[k])}
+    assert moved and (not lora or all("lora_" in k for k in moved))  # LoRA: only adapters train
     saved = torch.load(tmp_path / "metrics.pt", weights_only=True)
     assert saved["tokens"] == metrics["tokens"]  # summed over ranks
     assert saved["grad_norm"] == pytest.approx(metrics["grad_norm"], rel=1e-5)
-    # The checkpoint's HF folder loads as a plain model.
-    reloaded = load_model(str(tmp_path / "ckpt" / "model"))
-    for name, value in reloaded.state_dict().items():
-        if name in fsdp:
-            assert torch.equal(value, fsdp[name]), name
+    # The checkpoint's HF folder loads as a plain model (LoRA: after `agentrl export`).
+    if lora:
+        from agentrl.models import export_model
+        export_model(tmp_path / "ckpt", tmp_path / "merged", str(tiny_model_dir))
+        assert load_model(str(tmp_path / "merged")) is not None
+    else:
+        reloaded = load_model(str(tmp_path / "ckpt" / "model"))
+        for name, value in reloaded.state_dict().items():
+            if name in fsdp:
+                assert torch.equal(value, fsdp[name]), name
 
 
 def write_recipe(path, run_dir, steps):

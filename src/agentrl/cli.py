@@ -81,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-think", action="store_true", help="responses need no <think> tag")
     p.add_argument("--seed", type=int, default=0)
 
+    p = sub.add_parser("export", help="a checkpoint as a plain HF folder (LoRA adapters merged into their base)")
+    p.add_argument("checkpoint", help="a checkpoint folder (checkpoints/step_N) or its model/ folder")
+    p.add_argument("--out", required=True)
+    p.add_argument("--base", help="LoRA: the base model (default: the one the adapters name)")
+
     p = sub.add_parser("serve", help="serve a local model over the OpenAI chat-completions protocol")
     p.add_argument("model", help="HF folder")
     p.add_argument("--host", default="127.0.0.1")
@@ -97,6 +102,14 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "serve":
             return _serve(args)
+        if args.command == "export":
+            from agentrl.models import export_model
+            try:
+                print(export_model(args.checkpoint, args.out, args.base))
+            except (FileNotFoundError, ValueError) as err:
+                print(f"export: {err}", file=sys.stderr)
+                return 2
+            return 0
         if args.command == "analyze":
             return _analyze(args)
         config = load_config(args.recipe, args.set)

@@ -241,6 +241,16 @@ class NTHRConfig(Section):
     eta: float = Field(0.5, ge=0, le=1)
 
 
+class LoRAConfig(Section):
+    """Train low-rank adapters (peft) instead of the full weights; the KL reference is the base
+    model with the adapters switched off (no second copy of the weights)."""
+
+    r: int = Field(16, ge=1)
+    alpha: float = Field(32.0, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
 class ActorConfig(Section):
     """Which actor backend trains the policy (the trainer is the same for all)."""
 
@@ -253,6 +263,8 @@ class ActorConfig(Section):
     """fsdp2: keep sharded parameters, gradients and optimizer state in CPU memory."""
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward (less memory, more compute)."""
+    lora: LoRAConfig | None = None
+    """LoRA adapters (needs `pip install 'agentrl[peft]'`)."""
 
 
 class OptimConfig(Section):

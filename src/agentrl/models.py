@@ -127,3 +127,44 @@ def load_tokenizer(path: str):
 
 def load_model(path: str, dtype: str = "float32"):
     return AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+
+
+def add_lora(model, lora):
+    """Wrap `model` with fresh LoRA adapters (peft); only the adapters are trainable."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise ImportError("actor.lora needs peft: pip install 'agentrl[peft]'") from None
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                        target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+
+
+def is_lora(model) -> bool:
+    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+
+
+def export_model(checkpoint: str | Path, out: str | Path, base: str | None = None) -> Path:
+    """Write a checkpoint's model as a plain HF folder that AutoModelForCausalLM and vLLM load:
+    a LoRA adapter folder is merged into its base model."""
+    folder = Path(checkpoint)
+    if (folder / "model").is_dir():
+        folder = folder / "model"
+    adapter = folder / "adapter_config.json"
+    if adapter.is_file():
+        from peft import PeftModel
+        base = base or json.loads(adapter.read_text())["base_model_name_or_path"]
+        if not base:
+            raise ValueError(f"{adapter} names no base model: pass --base")
+        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), folder).merge_and_unload()
+    elif (folder / "config.json").is_file():
+        model = AutoModelForCausalLM.from_pretrained(folder)
+    else:
+        raise FileNotFoundError(f"{checkpoint}: neither an HF model nor a LoRA adapter folder")
+    out = Path(out)
+    model.save_pretrained(out)
+    tokenizer_from = folder if (folder / "tokenizer_config.json").is_file() else base
+    if tokenizer_from is None:
+        raise FileNotFoundError(f"{folder} has no tokenizer")
+    AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(out)
+    return out

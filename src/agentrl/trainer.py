@@ -32,7 +32,7 @@ from agentrl.gcd.judge import ChatEndpoint, ExternalJudge
 from agentrl.losses.aux import ChatSFTLoss
 from agentrl.losses.gcd import ClassifierJudgeLoss, GCDLoss
 from agentrl.losses.policy import KL_ESTIMATORS, POLICY_LOSSES, aggregation_weights
-from agentrl.models import load_model, load_tokenizer
+from agentrl.models import add_lora, load_model, load_tokenizer
 from agentrl.progress import progress
 from agentrl.rollout.collect import collect
 from agentrl.sampler.hf import HFSampler
@@ -81,17 +81,19 @@ class RLTrainer:
     def __init__(self, config, model_path: str, run_dir: Path, aux_losses=None):
         self.config, self.rl, self.run_dir = config, config.rl, Path(run_dir)
         self.tokenizer = load_tokenizer(model_path)
-        self.model = load_model(model_path, config.model.dtype)
+        self.model = self._load_policy(model_path)
         self.world, self.rank = distributed.world(), distributed.rank()
         if self.rl.tasks_per_step % self.world:
             raise ValueError(f"rl.tasks_per_step ({self.rl.tasks_per_step}) must be a multiple of the "
                              f"number of ranks ({self.world}): a task group never spans ranks")
         sharded = self.rl.actor.backend != "single"
         # A sharded actor cannot generate: each rank's sampler holds a full copy of the weights.
-        self.sampler = HFSampler(load_model(model_path, config.model.dtype) if sharded else self.model,
-                                 self.tokenizer)
+        self.sampler = HFSampler(self._load_policy(model_path) if sharded else self.model, self.tokenizer)
+        # The KL reference: the frozen initial model, or with LoRA the same weights with the
+        # adapters switched off (no second copy).
+        self.use_reference = self.rl.kl_coef > 0
         self.reference = None
-        if self.rl.kl_coef > 0:
+        if self.use_reference and self.rl.actor.lora is None:
             self.reference = load_model(model_path, config.model.dtype).eval().requires_grad_(False)
         self.critic = None
         if self.rl.advantage.type == "ppo":
@@ -107,6 +109,8 @@ class RLTrainer:
                 self.parts[aux.name] = aux
                 extra_parameters += aux.head.parameters()
         self.actor = build_actor(self.model, self.rl, extra_parameters)
+        if sharded:
+            self.sampler.update_weights(self.actor.weights())
         self.judge = next((a for a in self.aux_losses if isinstance(a, (GCDLoss, ClassifierJudgeLoss))), None)
         self.correction = None
         if isinstance(self.judge, GCDLoss) and self.judge.config.correction is not None:
@@ -116,6 +120,13 @@ class RLTrainer:
 
     def close(self) -> None:
         self.pool.close()
+
+    def _load_policy(self, path: str):
+        model = load_model(path, self.config.model.dtype)
+        if self.rl.actor.lora is not None:
+            torch.manual_seed(self.config.seed)  # the adapters' initialisation
+            model = add_lora(model, self.rl.actor.lora)
+        return model
 
     # --- one training step -----------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
@@ -139,7 +150,7 @@ class RLTrainer:
         extra_metrics: dict[str, float] = {}
         steps = [s for t in usable for s in t.steps]
         samples = [TrainSample.from_turn(s.prompt_ids, s.response_ids, old_logprobs=s.logprobs) for s in steps]
-        if self.reference is not None:
+        if self.use_reference:
             start = time.perf_counter()
             self._add_reference_logprobs(samples)
             timing["ref"] = time.perf_counter() - start
@@ -250,7 +261,7 @@ class RLTrainer:
             total = (weight * pg).sum()
             metrics = {"pg_loss": pg.sum().detach(), "entropy": entropy.sum().detach(),
                        **{k: c.detach() for k, c in counts.items()}}
-            if self.reference is not None and not rl.kl_in_reward:
+            if self.use_reference and not rl.kl_in_reward:
                 kl = KL_ESTIMATORS[rl.kl_estimator](logp, v["ref_logprobs"])
                 total = total + rl.kl_coef * (weight * kl).sum()
                 metrics["kl"] = kl.sum().detach()
@@ -286,7 +297,11 @@ class RLTrainer:
         by_id = {id(s): s for s in samples}
         for batch_samples in budget_chunks(samples, self.rl.micro_batch_tokens):
             batch = micro_batches(batch_samples, 10**12, self.tokenizer.pad_token_id)[0]
-            logp, _ = response_logprobs(self.reference, batch, temperature)
+            if self.reference is not None:
+                logp, _ = response_logprobs(self.reference, batch, temperature)
+            else:
+                with self.sampler.model.disable_adapter():
+                    logp, _ = response_logprobs(self.sampler.model, batch, temperature)
             offset = 0
             for s in sorted(batch_samples, key=lambda x: len(x.ids), reverse=True):
                 by_id[id(s)].values["ref_logprobs"] = logp[offset:offset + s.n_targets].tolist()

@@ -68,7 +68,7 @@ class FSDPActor:
             fully_shard(layer, **options)
         self.net = fully_shard(TokenHead(model), **options)
         self.world = dist.get_world_size()
-        self.optimizer, self.scheduler = make_optimizer(list(self.net.parameters()), optim)
+        self.optimizer, self.scheduler = make_optimizer([p for p in self.net.parameters() if p.requires_grad], optim)
 
     def token_logprobs(self, batch, temperature=1.0, entropy=False):
         return self.net(batch.input_ids, batch.attention_mask, batch.mask, temperature, entropy)
@@ -94,7 +94,8 @@ class FSDPActor:
             if scale:
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + float(value)
-        grad_norm = torch.nn.utils.clip_grad_norm_(list(self.net.parameters()), self.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.net.parameters() if p.requires_grad],
+                                                   self.grad_clip)
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
         lr = self.scheduler.get_last_lr()[0]
         if torch.isfinite(grad_norm):

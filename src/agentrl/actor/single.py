@@ -9,6 +9,7 @@ from safetensors.torch import load_file
 
 from agentrl.actor.batch import TokenBatch
 from agentrl.kernels import linear_logprob
+from agentrl.models import is_lora
 
 
 def trained_hidden(model, batch: TokenBatch) -> torch.Tensor:
@@ -47,7 +48,7 @@ class SingleActor:
         the model's; their state is in the optimizer's, their weights are saved by their owner."""
         self.model = model
         self.grad_clip = optim.grad_clip
-        self.parameters = [*model.parameters(), *extra_parameters]
+        self.parameters = [*(p for p in model.parameters() if p.requires_grad), *extra_parameters]
         self.optimizer, self.scheduler = make_optimizer(self.parameters, optim)
 
     def token_logprobs(self, batch, temperature=1.0, entropy=False):
@@ -78,17 +79,25 @@ class SingleActor:
         return self.model.named_parameters()
 
     def save(self, path: Path) -> None:
+        """model/ is a plain HF folder, or with LoRA a peft adapter folder (`agentrl export`
+        merges it into its base)."""
         self.model.save_pretrained(path / "model")
         torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
                    path / "optimizer.pt")
 
     def load(self, path: Path) -> None:
-        state = load_file(path / "model" / "model.safetensors")
-        missing, unexpected = self.model.load_state_dict(state, strict=False)
-        tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
-        if unexpected or set(missing) - tied:
-            raise ValueError(f"checkpoint {path} does not match the model: missing {missing}, "
-                             f"unexpected {unexpected}")
+        if is_lora(self.model):
+            from peft import set_peft_model_state_dict
+            result = set_peft_model_state_dict(self.model, load_file(path / "model" / "adapter_model.safetensors"))
+            if result.unexpected_keys:
+                raise ValueError(f"checkpoint {path} does not match the adapters: {result.unexpected_keys}")
+        else:
+            state = load_file(path / "model" / "model.safetensors")
+            missing, unexpected = self.model.load_state_dict(state, strict=False)
+            tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()
+            if unexpected or set(missing) - tied:
+                raise ValueError(f"checkpoint {path} does not match the model: missing {missing}, "
+                                 f"unexpected {unexpected}")
         saved = torch.load(path / "optimizer.pt", weights_only=True)
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
