@@ -37,9 +37,9 @@ compare-estimators: $(STAMP)
 		--variant "gagpo:rl.advantage={type: gagpo};rl.loss={type: seq_ratio}" \
 		--variant "ppo:rl.advantage={type: ppo, critic_lr: 5.0e-4}"
 
-# GRPO vs GRPO + GCD (generative judge and the value-head classifier ablation) and GiGPO vs
-# GiGPO + GCD from one cold start with judgment data, 3 seeds each, equal budget, plus the
-# coupling lab on fixed cold-start steps before and after (about an hour on 2 cores).
+# GRPO vs GRPO + GCD (generative judge, and the value-head classifier ablation) and GiGPO + GCD
+# from one cold start with judgment data, 3 seeds each, equal budget, plus the coupling lab on
+# fixed cold-start steps before and after (about 40 minutes on 2 cores).
 GCD_RUNS := runs/compare-gcd
 compare-gcd: $(STAMP)
 	$(VENV)/bin/agentrl run recipes/gcd.yaml --set run_dir=$(GCD_RUNS)/coldstart \
@@ -49,7 +49,6 @@ compare-gcd: $(STAMP)
 		--variant "grpo:rl.aux=[]" \
 		--variant "grpo+gcd:" \
 		--variant "grpo+gcd-classifier:rl.aux=[{type: gcd, judge: classifier, pairs_per_step: 16, eval_pairs: 40}]" \
-		--variant "gigpo:rl.aux=[];rl.advantage={type: gigpo}" \
 		--variant "gigpo+gcd:rl.advantage={type: gigpo}"
 
 clean:
