@@ -58,13 +58,20 @@ def policy(model_dir, lora):
     return model
 
 
-def fsdp_rank(rank, world, port, model_dir, out_dir, lora):
-    from agentrl.actor.fsdp import FSDPActor
+def make_actor(backend, model):
+    if backend == "fsdp2":
+        from agentrl.actor.fsdp import FSDPActor
+        return FSDPActor(model, OPTIM)
+    from agentrl.actor.deepspeed import DeepSpeedActor
+    return DeepSpeedActor(model, OPTIM, stage=int(backend[-1]))
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+def actor_rank(rank, world, port, model_dir, out_dir, lora, backend):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        actor = FSDPActor(policy(model_dir, lora), OPTIM)
+        actor = make_actor(backend, policy(model_dir, lora))
         mine = batch_samples()[rank::world]  # each rank its share; weights use the global counts
         # Rank 1 packs its share into more micro-batches than rank 0 (uneven counts are padded).
         budget = 10**6 if rank == 0 else 1
@@ -83,11 +90,14 @@ def fsdp_rank(rank, world, port, model_dir, out_dir, lora):
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_fsdp2_two_ranks_match_one_process(tiny_model_dir, tmp_path, lora):
+@pytest.mark.parametrize("backend,lora", [("fsdp2", False), ("fsdp2", True), ("zero2", False), ("zero3", False)],
+                         ids=["fsdp2", "fsdp2-lora", "zero2", "zero3"])
+def test_two_ranks_match_one_process(tiny_model_dir, tmp_path, backend, lora):
     if lora:
         pytest.importorskip("peft")
-    mp.spawn(fsdp_rank, args=(2, free_port(), str(tiny_model_dir), str(tmp_path), lora), nprocs=2)
+    if backend.startswith("zero"):
+        pytest.importorskip("deepspeed")
+    mp.spawn(actor_rank, args=(2, free_port(), str(tiny_model_dir), str(tmp_path), lora, backend), nprocs=2)
 
     model = policy(str(tiny_model_dir), lora)
     actor = SingleActor(model, OPTIM)
@@ -115,7 +125,7 @@ def test_fsdp2_two_ranks_match_one_process(tiny_model_dir, tmp_path, lora):
                 assert torch.equal(value, fsdp[name]), name
 
 
-def write_recipe(path, run_dir, steps):
+def write_recipe(path, run_dir, steps, backend="fsdp2"):
     import yaml
 
     from conftest import COMPACT
@@ -125,7 +135,7 @@ def write_recipe(path, run_dir, steps):
         "prompt": {"template": COMPACT, "history_length": 1},
         "sampling": {"max_new_tokens": 8},
         "rl": {"steps": steps, "tasks_per_step": 2, "group_size": 3, "mini_batch_size": 8, "micro_batch_tokens": 600,
-               "save_every": 1, "keep_last": 5, "optim": {"lr": 1e-2}, "actor": {"backend": "fsdp2"},
+               "save_every": 1, "keep_last": 5, "optim": {"lr": 1e-2}, "actor": {"backend": backend},
                # An untrained model fails every episode (all advantages 0): the entropy bonus
                # gives every step a real gradient, so a bad resume shows in the numbers.
                "entropy_coef": 0.05},
@@ -145,7 +155,10 @@ def torchrun(recipe, model_dir, log, resume=False):
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-def test_two_rank_training_killed_and_resumed_matches_an_uninterrupted_run(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("backend", ["fsdp2", "zero3"])
+def test_two_rank_training_killed_and_resumed_matches_an_uninterrupted_run(tiny_model_dir, tmp_path, backend):
+    if backend.startswith("zero"):
+        pytest.importorskip("deepspeed")
     import random
     import signal
     import subprocess
@@ -159,16 +172,17 @@ def test_two_rank_training_killed_and_resumed_matches_an_uninterrupted_run(tiny_
                 for r in read_metrics(run_dir / "rl" / "logs" / "metrics.jsonl")]
 
     with open(tmp_path / "straight.log", "w") as log:
-        write_recipe(tmp_path / "a.yaml", tmp_path / "a", 3)
+        write_recipe(tmp_path / "a.yaml", tmp_path / "a", 3, backend)
         assert torchrun(tmp_path / "a.yaml", tiny_model_dir, log).wait(timeout=600) == 0, \
             (tmp_path / "straight.log").read_text()
     straight = tmp_path / "a"
     assert [r["step"] for r in rows(straight)] == [1, 2, 3]
     checkpoint = list_checkpoints(straight / "rl")[-1]
-    assert (checkpoint / "dcp").is_dir() and (checkpoint / "model" / "model.safetensors").is_file()
+    assert (checkpoint / ("dcp" if backend == "fsdp2" else "ds")).is_dir()
+    assert (checkpoint / "model" / "model.safetensors").is_file()
 
     # The same run, SIGKILLed (every rank at once) after a random checkpoint, then resumed.
-    write_recipe(tmp_path / "b.yaml", tmp_path / "b", 3)
+    write_recipe(tmp_path / "b.yaml", tmp_path / "b", 3, backend)
     kill_after = random.Random().choice([1, 2])
     with open(tmp_path / "killed.log", "w") as log:
         proc = torchrun(tmp_path / "b.yaml", tiny_model_dir, log)

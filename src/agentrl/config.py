@@ -254,13 +254,13 @@ class LoRAConfig(Section):
 class ActorConfig(Section):
     """Which actor backend trains the policy (the trainer is the same for all)."""
 
-    backend: Literal["single", "fsdp2"] = "single"
-    """single: one process; fsdp2: torch FSDP2 over the ranks of `torchrun` / `accelerate launch`
-    (gloo on CPU, nccl on GPUs)."""
+    backend: Literal["single", "fsdp2", "zero2", "zero3"] = "single"
+    """single: one process; fsdp2: torch FSDP2; zero2 / zero3: DeepSpeed ZeRO stage 2 / 3 (the
+    last three over the ranks of `torchrun` / `accelerate launch`; gloo on CPU, nccl on GPUs)."""
     mixed_precision: bool = True
-    """fsdp2 on CUDA: bf16 compute, fp32 gradient reduction and master weights."""
+    """Sharded backends on CUDA: bf16 compute, fp32 gradient reduction and master weights."""
     cpu_offload: bool = False
-    """fsdp2: keep sharded parameters, gradients and optimizer state in CPU memory."""
+    """Sharded backends: keep parameters (fsdp2, zero3), gradients and optimizer state in CPU memory."""
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward (less memory, more compute)."""
     lora: LoRAConfig | None = None
@@ -419,7 +419,7 @@ class RLConfig(Section):
 
     @model_validator(mode="after")
     def _backend_supports(self):
-        if self.actor.backend == "fsdp2":
+        if self.actor.backend != "single":
             if self.advantage.type == "ppo":
                 raise ValueError("the ppo critic runs in one process only (actor.backend: single)")
             if any(a.type == "gcd" and a.judge == "classifier" for a in self.aux):

@@ -354,12 +354,17 @@ class RLTrainer:
 
 
 def build_actor(model, rl, extra_parameters):
-    if rl.actor.backend == "fsdp2":
+    backend = rl.actor
+    if backend.backend != "single" and extra_parameters:
+        raise ValueError("extra trained parameters need actor.backend: single")
+    if backend.backend == "fsdp2":
         from agentrl.actor.fsdp import FSDPActor
-        if extra_parameters:
-            raise ValueError("extra trained parameters need actor.backend: single")
-        return FSDPActor(model, rl.optim, rl.actor.mixed_precision, rl.actor.cpu_offload,
-                         rl.actor.activation_checkpointing)
+        return FSDPActor(model, rl.optim, backend.mixed_precision, backend.cpu_offload,
+                         backend.activation_checkpointing)
+    if backend.backend in ("zero2", "zero3"):
+        from agentrl.actor.deepspeed import DeepSpeedActor
+        return DeepSpeedActor(model, rl.optim, int(backend.backend[-1]), backend.mixed_precision,
+                              backend.cpu_offload, backend.activation_checkpointing)
     if rl.actor.activation_checkpointing:
         model.gradient_checkpointing_enable()
     return SingleActor(model, rl.optim, extra_parameters)

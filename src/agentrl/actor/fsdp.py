@@ -32,7 +32,8 @@ from agentrl.actor.batch import TokenBatch, TrainSample, collate
 from agentrl.actor.single import make_optimizer, response_logprobs, trained_hidden
 
 
-def _idle_batch() -> TokenBatch:
+def idle_batch() -> TokenBatch:
+    """A two-token batch for a rank with nothing to train (it still joins every collective)."""
     return collate([TrainSample([0, 0], [False, True])])
 
 
@@ -84,7 +85,7 @@ class FSDPActor:
         count = torch.tensor([len(work)])
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
         if not work:  # this rank has nothing in this mini-batch: it still joins every collective
-            work = [(_idle_batch(), self._idle_loss, 0.0)]
+            work = [(idle_batch(), self._idle_loss, 0.0)]
         work += [(work[0][0], work[0][1], 0.0)] * (int(count) - len(work))
         totals: dict[str, float] = {}
         for i, (batch, loss_fn, scale) in enumerate(work):

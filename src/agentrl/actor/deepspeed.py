@@ -1,0 +1,110 @@
+"""DeepSpeed ZeRO-2 / ZeRO-3 actor (`pip install 'agentrl[deepspeed]'`).
+
+The engine wraps the same `TokenHead` root as the FSDP2 actor (decoder + fused log-prob). Under
+ZeRO-3 the lm_head weight is used outside its own module's forward, so it is registered as an
+external parameter of the root and gathered for it. Gradients are accumulated over a step's
+micro-batches (the accumulation boundary is set by hand: the count varies from step to step),
+averaged over ranks by DeepSpeed and therefore each rank's globally normalised loss is scaled by
+the world size, as in `actor/fsdp.py`; ranks pad to the same micro-batch count. The optimizer is
+torch's AdamW (the same update as the other backends), partitioned by ZeRO. On CPU the process
+group is gloo (DeepSpeed's default ccl backend does not run there).
+Checkpoints are DeepSpeed's own sharded format (`ds/`) plus a plain HF folder (`model/`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from agentrl.actor.fsdp import TokenHead, idle_batch
+from agentrl.actor.single import make_optimizer
+
+
+class DeepSpeedActor:
+    def __init__(self, model, optim, stage: int, mixed_precision: bool = True, cpu_offload: bool = False,
+                 activation_checkpointing: bool = False):
+        import deepspeed
+
+        if not dist.is_initialized():
+            raise RuntimeError("the deepspeed actor needs torch.distributed (launch with torchrun or accelerate launch)")
+        deepspeed.init_distributed(dist_backend=dist.get_backend())
+        self.model, self.world = model, dist.get_world_size()
+        if activation_checkpointing:
+            model.gradient_checkpointing_enable()
+        root = TokenHead(model)
+        zero = {"stage": stage}
+        if cpu_offload:
+            zero["offload_optimizer"] = {"device": "cpu"}
+            if stage == 3:
+                zero["offload_param"] = {"device": "cpu"}
+        config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+                  "gradient_clipping": optim.grad_clip, "zero_optimization": zero,
+                  "zero_allow_untested_optimizer": True,
+                  "bf16": {"enabled": bool(mixed_precision and torch.cuda.is_available())}}
+        trainable = [p for p in root.parameters() if p.requires_grad]
+        optimizer, scheduler = make_optimizer(trainable, optim)
+        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=root, optimizer=optimizer, lr_scheduler=scheduler, config=config, dist_init_required=False)
+        if stage == 3:
+            deepspeed.zero.register_external_parameter(self.engine.module, model.get_output_embeddings().weight)
+
+    def token_logprobs(self, batch, temperature=1.0, entropy=False):
+        return self.engine(batch.input_ids, batch.attention_mask, batch.mask, temperature, entropy)
+
+    def token_hidden(self, batch):
+        return self.engine(batch.input_ids, batch.attention_mask, batch.mask, hidden=True)
+
+    def _idle_loss(self, batch):
+        return self.token_logprobs(batch)[0].sum(), {}
+
+    def optimizer_step(self, parts) -> dict[str, float]:
+        self.engine.train()
+        work = [(batch, loss_fn, 1.0) for batches, loss_fn in parts for batch in batches]
+        count = torch.tensor([len(work)])
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        if not work:
+            work = [(idle_batch(), self._idle_loss, 0.0)]
+        work += [(work[0][0], work[0][1], 0.0)] * (int(count) - len(work))
+        totals: dict[str, float] = {}
+        lr = self.scheduler.get_last_lr()[0]
+        for i, (batch, loss_fn, scale) in enumerate(work):
+            self.engine.set_gradient_accumulation_boundary(i == len(work) - 1)
+            loss, metrics = loss_fn(batch)
+            self.engine.backward(loss * scale * self.world)
+            if scale:
+                for key, value in metrics.items():
+                    totals[key] = totals.get(key, 0.0) + float(value)
+        self.engine.step()
+        grad_norm = self.engine.get_global_grad_norm()  # before clipping
+        keys = sorted(totals)
+        summed = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
+        dist.all_reduce(summed)
+        out = dict(zip(keys, summed.tolist()))
+        out.update({"lr": lr, "grad_norm": float(grad_norm if grad_norm is not None else 0.0)})
+        return out
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The unsharded weights on every rank, named as in the plain HF model."""
+        import deepspeed
+        params = dict(self.engine.module.named_parameters())
+        with deepspeed.zero.GatheredParameters(list(params.values()), modifier_rank=None):
+            state = {k: v.detach().clone() for k, v in self.engine.module.state_dict().items()}
+        return {k.removeprefix("model."): v for k, v in state.items()}
+
+    def weights(self):
+        return self.full_state_dict().items()
+
+    def save(self, path: Path) -> None:
+        path = Path(path)
+        self.engine.save_checkpoint(str(path / "ds"), tag="state")
+        full = self.full_state_dict()
+        if dist.get_rank() == 0:
+            self.model.save_pretrained(path / "model", state_dict=full)
+            (path / "scheduler.json").write_text(json.dumps(self.scheduler.state_dict()))
+        dist.barrier()
+
+    def load(self, path: Path) -> None:
+        self.engine.load_checkpoint(str(Path(path) / "ds"), tag="state")
