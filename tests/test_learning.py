@@ -10,7 +10,7 @@ DEMO = Path(__file__).parent.parent / "recipes" / "demo.yaml"
 
 @pytest.mark.slow
 def test_demo_rl_raises_success_over_sft(tmp_path):
-    """The demo recipe, seeded, end to end (about 10 minutes on 2 cores): SFT learns the task and
+    """The demo recipe, seeded, end to end (about 9 minutes on 2 idle cores): SFT learns the task and
     GRPO then raises in-domain success further."""
     run = tmp_path / "demo"
     assert main(["run", str(DEMO), "--set", f"run_dir={run}", "--set", f"model.path={run}/model-init"]) == 0
