@@ -112,6 +112,9 @@ def test_aggregation_weights_and_kl_estimators_by_hand():
     assert aggregation_weights([2, 4], "token-mean") == [1 / 6, 1 / 6]
     assert aggregation_weights([2, 4], "seq-mean-token-mean") == [0.25, 0.125]
     assert aggregation_weights([2, 4], "seq-mean-token-sum") == [0.5, 0.5]
+    # One rank's share [2] of the mini-batch [2, 4] with the global totals: the same weights.
+    for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"):
+        assert aggregation_weights([2], mode, (6, 2)) == aggregation_weights([2, 4], mode)[:1]
     logp, ref = torch.tensor([-1.0, -2.0]), torch.tensor([-1.5, -1.0])
     torch.testing.assert_close(KL_ESTIMATORS["k1"](logp, ref), torch.tensor([0.5, -1.0]))
     torch.testing.assert_close(KL_ESTIMATORS["k2"](logp, ref), torch.tensor([0.125, 0.5]))
