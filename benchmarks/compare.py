@@ -102,9 +102,10 @@ def plot_curves(out: Path, runs: dict[str, list[Path]]) -> None:
         curves = [[r["rollout/success"] for r in read_metrics(d / "logs" / "metrics.jsonl")] for d in dirs]
         steps = min(len(c) for c in curves)
         mean = [statistics.fmean(c[i] for c in curves) for i in range(steps)]
-        ax.plot(range(1, steps + 1), mean, label=f"{name} ({len(dirs)} seeds)")
+        smooth = [statistics.fmean(mean[max(0, i - 4):i + 1]) for i in range(steps)]
+        ax.plot(range(1, steps + 1), smooth, label=f"{name} ({len(dirs)} seeds)")
     ax.set_xlabel("RL step")
-    ax.set_ylabel("training rollout success")
+    ax.set_ylabel("training rollout success (seed mean, 5-step moving average)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=120)
