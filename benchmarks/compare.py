@@ -105,7 +105,7 @@ def plot_curves(out: Path, runs: dict[str, list[Path]]) -> None:
         smooth = [statistics.fmean(mean[max(0, i - 4):i + 1]) for i in range(steps)]
         ax.plot(range(1, steps + 1), smooth, label=f"{name} ({len(dirs)} seeds)")
     ax.set_xlabel("RL step")
-    ax.set_ylabel("training rollout success (seed mean, 5-step moving average)")
+    ax.set_ylabel("rollout success (seed mean, 5-step avg)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=120)
