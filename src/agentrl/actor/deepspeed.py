@@ -13,13 +13,12 @@ Checkpoints are DeepSpeed's own sharded format (`ds/`) plus a plain HF folder (`
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from agentrl.actor.fsdp import TokenHead, idle_batch
+from agentrl.actor.fsdp import TokenHead, padded_work, summed_over_ranks, write_plain_copy
 from agentrl.actor.single import make_optimizer
 
 
@@ -62,12 +61,7 @@ class DeepSpeedActor:
 
     def optimizer_step(self, parts) -> dict[str, float]:
         self.engine.train()
-        work = [(batch, loss_fn, 1.0) for batches, loss_fn in parts for batch in batches]
-        count = torch.tensor([len(work)])
-        dist.all_reduce(count, op=dist.ReduceOp.MAX)
-        if not work:
-            work = [(idle_batch(), self._idle_loss, 0.0)]
-        work += [(work[0][0], work[0][1], 0.0)] * (int(count) - len(work))
+        work = padded_work(parts, self._idle_loss)
         totals: dict[str, float] = {}
         lr = self.scheduler.get_last_lr()[0]
         for i, (batch, loss_fn, scale) in enumerate(work):
@@ -79,12 +73,7 @@ class DeepSpeedActor:
                     totals[key] = totals.get(key, 0.0) + float(value)
         self.engine.step()
         grad_norm = self.engine.get_global_grad_norm()  # before clipping
-        keys = sorted(totals)
-        summed = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
-        dist.all_reduce(summed)
-        out = dict(zip(keys, summed.tolist()))
-        out.update({"lr": lr, "grad_norm": float(grad_norm if grad_norm is not None else 0.0)})
-        return out
+        return {**summed_over_ranks(totals), "lr": lr, "grad_norm": float(grad_norm if grad_norm is not None else 0.0)}
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The unsharded weights on every rank, named as in the plain HF model."""
@@ -100,10 +89,7 @@ class DeepSpeedActor:
     def save(self, path: Path) -> None:
         path = Path(path)
         self.engine.save_checkpoint(str(path / "ds"), tag="state")
-        full = self.full_state_dict()
-        if dist.get_rank() == 0:
-            self.model.save_pretrained(path / "model", state_dict=full)
-            (path / "scheduler.json").write_text(json.dumps(self.scheduler.state_dict()))
+        write_plain_copy(self.model, self.full_state_dict(), path / "model")  # DeepSpeed saved the scheduler
         dist.barrier()
 
     def load(self, path: Path) -> None:

@@ -37,6 +37,31 @@ def idle_batch() -> TokenBatch:
     return collate([TrainSample([0, 0], [False, True])])
 
 
+def padded_work(parts, idle_loss) -> list[tuple]:
+    """(batch, loss_fn, scale) for every micro-batch, padded with zero-weighted repeats to the
+    largest count over the ranks, so that every rank makes the same collective calls; a rank
+    with nothing to train runs an idle batch."""
+    work = [(batch, loss_fn, 1.0) for batches, loss_fn in parts for batch in batches]
+    count = torch.tensor([len(work)])
+    dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    if not work:
+        work = [(idle_batch(), idle_loss, 0.0)]
+    return work + [(work[0][0], work[0][1], 0.0)] * (int(count) - len(work))
+
+
+def summed_over_ranks(totals: dict[str, float]) -> dict[str, float]:
+    keys = sorted(totals)
+    summed = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
+    dist.all_reduce(summed)
+    return dict(zip(keys, summed.tolist()))
+
+
+def write_plain_copy(model, full_state: dict, folder: Path) -> None:
+    """Rank 0 writes the gathered weights as a plain HF folder (or a peft adapter folder)."""
+    if dist.get_rank() == 0:
+        model.save_pretrained(folder, state_dict=full_state)
+
+
 class TokenHead(torch.nn.Module):
     """The FSDP root: the causal LM, entered through the fused per-token computations."""
 
@@ -81,12 +106,7 @@ class FSDPActor:
         """One update from every rank's (micro-batches, loss_fn) parts; metrics summed over ranks."""
         self.net.train()
         self.optimizer.zero_grad(set_to_none=True)
-        work = [(batch, loss_fn, 1.0) for batches, loss_fn in parts for batch in batches]
-        count = torch.tensor([len(work)])
-        dist.all_reduce(count, op=dist.ReduceOp.MAX)
-        if not work:  # this rank has nothing in this mini-batch: it still joins every collective
-            work = [(idle_batch(), self._idle_loss, 0.0)]
-        work += [(work[0][0], work[0][1], 0.0)] * (int(count) - len(work))
+        work = padded_work(parts, self._idle_loss)
         totals: dict[str, float] = {}
         for i, (batch, loss_fn, scale) in enumerate(work):
             self.net.set_requires_gradient_sync(i == len(work) - 1)
@@ -102,12 +122,7 @@ class FSDPActor:
         if torch.isfinite(grad_norm):
             self.optimizer.step()
             self.scheduler.step()
-        keys = sorted(totals)
-        summed = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
-        dist.all_reduce(summed)
-        out = dict(zip(keys, summed.tolist()))
-        out.update({"lr": lr, "grad_norm": float(grad_norm)})
-        return out
+        return {**summed_over_ranks(totals), "lr": lr, "grad_norm": float(grad_norm)}
 
     def _idle_loss(self, batch):
         return self.token_logprobs(batch)[0].sum(), {}
@@ -126,9 +141,8 @@ class FSDPActor:
         path = Path(path)
         dcp.save({"model": get_model_state_dict(self.net),
                   "optim": get_optimizer_state_dict(self.net, self.optimizer)}, checkpoint_id=path / "dcp")
-        full = self.full_state_dict()
+        write_plain_copy(self.model, self.full_state_dict(), path / "model")
         if dist.get_rank() == 0:
-            self.model.save_pretrained(path / "model", state_dict=full)
             (path / "scheduler.json").write_text(json.dumps(self.scheduler.state_dict()))
         dist.barrier()
 
