@@ -10,7 +10,8 @@
     python benchmarks/logprob.py --n 2048 8192 16384 --h 1536 3584 --v 151936   # on a GPU
 
 Rows are appended to benchmarks/results/logprob.csv with device, versions and commit; ratios
-are to naive. On a GPU the achieved TFLOP/s counts the 2*N*H*V forward floor x 3 (fwd + bwd).
+are to naive. On a GPU the achieved TFLOP/s counts the 2*N*H*V forward floor x 3 (fwd + bwd), and
+peak_fraction divides it by the device's dense bf16 peak (bf16 runs on known devices).
 """
 
 from __future__ import annotations
@@ -97,6 +98,14 @@ def inputs(n: int, hdim: int, v: int, device: str, dtype):
     return h, w, torch.randint(0, v, (n,), generator=g).to(device)
 
 
+PEAK_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
+"""Dense bf16 tensor-core peak by device name (SXM parts), for the fraction of peak reached."""
+
+
+def peak_tflops(name: str) -> float | None:
+    return next((peak for key, peak in PEAK_BF16_TFLOPS.items() if key in name), None)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, nargs="+", default=[512, 2048])
@@ -121,10 +130,12 @@ def main() -> None:
                     peak = cpu_peak_gib(method, n, hdim, args.v, args.dtype)
                 base_time = base_time or seconds
                 tflops = 3 * 2 * n * hdim * args.v / seconds / 1e12
+                peak_fraction = tflops / peak if (peak := peak_tflops(name)) and args.dtype == "bfloat16" else None
                 rows.append({"device": name, "torch": torch.__version__, "triton": getattr(triton, "__version__", ""),
                              "commit": commit(), "dtype": args.dtype, "N": n, "H": hdim, "V": args.v, "method": method,
                              "ms": round(seconds * 1e3, 2), "peak_gib": round(peak, 3),
-                             "time_vs_naive": round(seconds / base_time, 3), "tflops": round(tflops, 3)})
+                             "time_vs_naive": round(seconds / base_time, 3), "tflops": round(tflops, 3),
+                             "peak_fraction": "" if peak_fraction is None else round(peak_fraction, 3)})
                 print(rows[-1])
     append_rows(args.csv, rows)
 

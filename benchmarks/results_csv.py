@@ -15,12 +15,17 @@ def commit() -> str:
 
 
 def append_rows(path: str | Path, rows: list[dict]) -> None:
-    """Append `rows` to the CSV at `path`, writing the header when the file is new."""
+    """Append `rows` to the CSV at `path`, writing the header when the file is new; a row with
+    columns the file lacks rewrites it with the union of columns (old rows get them empty)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists()
-    with path.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
+    old_rows, fields = [], list(rows[0])
+    if path.exists():
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            old_rows = list(reader)
+            fields = list(reader.fieldnames or []) + [k for k in rows[0] if k not in (reader.fieldnames or [])]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, restval="")
+        writer.writeheader()
+        writer.writerows(old_rows + rows)

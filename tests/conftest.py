@@ -1,9 +1,11 @@
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels run on CPU tensors only under the interpreter
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels run on CPU tensors only under the interpreter
 
 import pytest
-import torch
 
 from agentrl.config import HouseholdEnvConfig, PromptConfig, TinyModelConfig
 from agentrl.envs import make_env

@@ -23,7 +23,7 @@ def test_sampler_logprobs_equal_actor_logprobs(tiny_model_dir):
         with torch.no_grad():
             logp, _ = response_logprobs(model, batch, temperature)
         assert logp.shape == batch.values["old"].shape
-        torch.testing.assert_close(logp, batch.values["old"], atol=2e-4, rtol=0)
+        torch.testing.assert_close(logp.cpu(), batch.values["old"], atol=2e-4, rtol=0)
 
 
 def test_response_logprobs_match_full_log_softmax(tiny_model_dir):
@@ -31,8 +31,8 @@ def test_response_logprobs_match_full_log_softmax(tiny_model_dir):
     sample = TrainSample.from_turn([5, 6, 7, 8], [9, 10, 11])
     batch = collate([sample, TrainSample.from_turn([3, 4], [12, 13, 14, 15])])
     with torch.no_grad():
-        logp, entropy = response_logprobs(model, batch, 1.0, entropy=True)
-        full = torch.log_softmax(model(input_ids=batch.input_ids[:1, :7]).logits[0].float(), -1)
+        logp, entropy = (t.cpu() for t in response_logprobs(model, batch, 1.0, entropy=True))
+        full = torch.log_softmax(model(input_ids=batch.input_ids[:1, :7].to(model.device)).logits[0].float(), -1).cpu()
     expected = full[3:6].gather(-1, torch.tensor([[9], [10], [11]])).squeeze(-1)
     torch.testing.assert_close(logp[:3], expected, atol=1e-5, rtol=0)
     torch.testing.assert_close(entropy[:3], -(full[3:6].exp() * full[3:6]).sum(-1), atol=1e-4, rtol=0)

@@ -98,7 +98,7 @@ def test_gcd_loss_trains_only_judgment_tokens(tiny_model_dir):
     # Make the advantages non-zero so a gradient exists (a random model's verdicts all score 0).
     for i, s in enumerate(batch_out.samples):
         s.values["advantages"] = [1.0 if i % 2 else -1.0] * s.n_targets
-    batch = micro_batches(batch_out.samples, 10**6, tokenizer.pad_token_id)[0]
+    batch = micro_batches(batch_out.samples, 10**6, tokenizer.pad_token_id)[0].to(model.device)
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
     logits.retain_grad()
     shifted = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch.input_ids[:, 1:, None])[..., 0]

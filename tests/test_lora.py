@@ -41,7 +41,7 @@ def test_lora_trains_only_adapters_and_resumes_exactly(tiny_model_dir, tmp_path)
     merged = load_model(str(out))
     with_adapters = PeftModel.from_pretrained(load_model(str(tiny_model_dir)), final)
     base = load_model(str(tiny_model_dir))
-    ids = torch.tensor([[5, 17, 33, 2, 9, 40]])
+    ids = torch.tensor([[5, 17, 33, 2, 9, 40]], device=merged.device)
     with torch.no_grad():
         expected = with_adapters(input_ids=ids).logits
         assert torch.allclose(merged(input_ids=ids).logits, expected, atol=1e-4)

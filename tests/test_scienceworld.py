@@ -67,6 +67,7 @@ def test_prompt_listing_stays_in_budget(env):
 
 
 def test_bad_split_file_and_task_id_are_named(tmp_path):
+    pytest.importorskip("scienceworld")
     (tmp_path / "L0_idx.json").write_text(json.dumps({"train": [[99, 0]], "test": []}))
     env = ScienceWorldEnv(splits_dir=str(tmp_path))
     try:

@@ -96,7 +96,7 @@ def test_kl_as_reward_penalty(tiny_model_dir, tmp_path):
     config = small_config(tmp_path / "run", 2, kl_in_reward=True, kl_coef=0.5, kl_estimator="k1")
     run(config, tiny_model_dir)
     rows = read_metrics(tmp_path / "run" / "logs" / "metrics.jsonl")
-    assert rows[0]["rollout/kl_penalty"] == 0.0  # step 1 samples from the reference itself
+    assert abs(rows[0]["rollout/kl_penalty"]) < 1e-6  # step 1 samples from the reference itself (0 on CPU)
     assert rows[1]["rollout/kl_penalty"] != 0.0
     assert "actor/kl" not in rows[1]  # not also a loss term
 

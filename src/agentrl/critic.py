@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel
 
 from agentrl.actor.batch import TrainSample, collate
+from agentrl.distributed import device
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -29,15 +30,16 @@ class Critic(torch.nn.Module):
         self.head = torch.nn.Linear(self.body.config.hidden_size, 1, dtype=DTYPES[dtype])
         torch.nn.init.zeros_(self.head.weight)
         torch.nn.init.zeros_(self.head.bias)
+        self.to(device())
         self.optimizer = torch.optim.AdamW(self.parameters(), lr=config.critic_lr,
                                            weight_decay=config.critic_weight_decay)
 
     def forward(self, prompts: list[list[int]]) -> torch.Tensor:
         """V (B,) of right-padded prompts, read at each prompt's last token."""
-        batch = collate([TrainSample(ids, [False] * len(ids)) for ids in prompts], self.pad_id)
+        batch = collate([TrainSample(ids, [False] * len(ids)) for ids in prompts], self.pad_id).to(self.head.weight.device)
         hidden = self.body(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
         last = batch.attention_mask.sum(1) - 1
-        return self.head(hidden[torch.arange(len(prompts)), last]).squeeze(-1).float()
+        return self.head(hidden[torch.arange(len(prompts), device=last.device), last]).squeeze(-1).float()
 
     @torch.no_grad()
     def values(self, prompts: list[list[int]], token_budget: int) -> list[float]:
@@ -62,8 +64,8 @@ class Critic(torch.nn.Module):
                 self.optimizer.zero_grad(set_to_none=True)
                 for part in _chunks(idx, token_budget, key=lambda i: len(prompts[i])):
                     v = self([prompts[i] for i in part])
-                    target = torch.tensor([returns[i] for i in part])
-                    old = torch.tensor([old_values[i] for i in part])
+                    target = torch.tensor([returns[i] for i in part], device=v.device)
+                    old = torch.tensor([old_values[i] for i in part], device=v.device)
                     clipped = old + torch.clamp(v - old, -c, c)
                     loss = torch.maximum((v - target) ** 2, (clipped - target) ** 2)
                     (0.5 * loss.sum() / len(idx)).backward()

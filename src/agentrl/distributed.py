@@ -10,11 +10,23 @@ import torch.distributed as dist
 
 
 def init_from_env() -> None:
-    """Join the process group the launcher describes (nccl on GPUs, gloo on CPU)."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+    """Join the process group the launcher describes (nccl on GPUs, gloo on CPU), also a group
+    of one (`torchrun --nproc_per_node 1`: a sharded backend on one GPU)."""
+    if "WORLD_SIZE" in os.environ and not dist.is_initialized():
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+
+
+def device() -> torch.device:
+    """This rank's device: its GPU (LOCAL_RANK) when CUDA is available, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device
 
 
 def rank() -> int:
@@ -37,7 +49,7 @@ def barrier() -> None:
 def all_sum(values: list[float]) -> list[float]:
     if world() == 1:
         return list(values)
-    tensor = torch.tensor(values, dtype=torch.float64)
+    tensor = torch.tensor(values, dtype=torch.float64, device=device())
     dist.all_reduce(tensor)
     return tensor.tolist()
 

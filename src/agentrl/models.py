@@ -20,6 +20,8 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
 
+from agentrl.distributed import device
+
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{%- for message in messages %}"
@@ -126,7 +128,8 @@ def load_tokenizer(path: str):
 
 
 def load_model(path: str, dtype: str = "float32"):
-    return AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    """The causal LM at `path`, on this rank's device (`distributed.device`)."""
+    return AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device())
 
 
 def add_lora(model, lora):

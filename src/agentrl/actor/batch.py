@@ -42,6 +42,11 @@ class TokenBatch:
     def n_tokens(self) -> int:
         return int(self.mask.sum())
 
+    def to(self, device) -> TokenBatch:
+        move = lambda t: t if t is None else t.to(device)  # noqa: E731
+        return TokenBatch(move(self.input_ids), move(self.attention_mask), move(self.mask),
+                          {k: move(v) for k, v in self.values.items()}, move(self.sample_index))
+
 
 def collate(samples: list[TrainSample], pad_id: int = 0) -> TokenBatch:
     width = max(len(s.ids) for s in samples)

@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from agentrl.actor.fsdp import TokenHead, padded_work, summed_over_ranks, write_plain_copy
 from agentrl.actor.single import make_optimizer
+from agentrl.distributed import device
 
 
 class DeepSpeedActor:
@@ -51,9 +52,11 @@ class DeepSpeedActor:
             deepspeed.zero.register_external_parameter(self.engine.module, model.get_output_embeddings().weight)
 
     def token_logprobs(self, batch, temperature=1.0, entropy=False):
+        batch = batch.to(device())
         return self.engine(batch.input_ids, batch.attention_mask, batch.mask, temperature, entropy)
 
     def token_hidden(self, batch):
+        batch = batch.to(device())
         return self.engine(batch.input_ids, batch.attention_mask, batch.mask, hidden=True)
 
     def _idle_loss(self, batch):
@@ -66,7 +69,7 @@ class DeepSpeedActor:
         lr = self.scheduler.get_last_lr()[0]
         for i, (batch, loss_fn, scale) in enumerate(work):
             self.engine.set_gradient_accumulation_boundary(i == len(work) - 1)
-            loss, metrics = loss_fn(batch)
+            loss, metrics = loss_fn(batch.to(device()))
             self.engine.backward(loss * scale * self.world)
             if scale:
                 for key, value in metrics.items():

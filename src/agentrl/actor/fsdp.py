@@ -30,6 +30,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully
 
 from agentrl.actor.batch import TokenBatch, TrainSample, collate
 from agentrl.actor.single import make_optimizer, response_logprobs, trained_hidden
+from agentrl.distributed import device
 
 
 def idle_batch() -> TokenBatch:
@@ -42,7 +43,7 @@ def padded_work(parts, idle_loss) -> list[tuple]:
     largest count over the ranks, so that every rank makes the same collective calls; a rank
     with nothing to train runs an idle batch."""
     work = [(batch, loss_fn, 1.0) for batches, loss_fn in parts for batch in batches]
-    count = torch.tensor([len(work)])
+    count = torch.tensor([len(work)], device=device())  # nccl reduces GPU tensors only
     dist.all_reduce(count, op=dist.ReduceOp.MAX)
     if not work:
         work = [(idle_batch(), idle_loss, 0.0)]
@@ -51,7 +52,7 @@ def padded_work(parts, idle_loss) -> list[tuple]:
 
 def summed_over_ranks(totals: dict[str, float]) -> dict[str, float]:
     keys = sorted(totals)
-    summed = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
+    summed = torch.tensor([totals[k] for k in keys], dtype=torch.float64, device=device())
     dist.all_reduce(summed)
     return dict(zip(keys, summed.tolist()))
 
@@ -97,9 +98,11 @@ class FSDPActor:
         self.optimizer, self.scheduler = make_optimizer([p for p in self.net.parameters() if p.requires_grad], optim)
 
     def token_logprobs(self, batch, temperature=1.0, entropy=False):
+        batch = batch.to(device())
         return self.net(batch.input_ids, batch.attention_mask, batch.mask, temperature, entropy)
 
     def token_hidden(self, batch):
+        batch = batch.to(device())
         return self.net(batch.input_ids, batch.attention_mask, batch.mask, hidden=True)
 
     def optimizer_step(self, parts) -> dict[str, float]:
@@ -110,7 +113,7 @@ class FSDPActor:
         totals: dict[str, float] = {}
         for i, (batch, loss_fn, scale) in enumerate(work):
             self.net.set_requires_gradient_sync(i == len(work) - 1)
-            loss, metrics = loss_fn(batch)
+            loss, metrics = loss_fn(batch.to(device()))
             (loss * scale * self.world).backward()
             if scale:
                 for key, value in metrics.items():

@@ -8,12 +8,14 @@ import torch
 from safetensors.torch import load_file
 
 from agentrl.actor.batch import TokenBatch
+from agentrl.distributed import model_device
 from agentrl.kernels import linear_logprob
 from agentrl.models import is_lora
 
 
 def trained_hidden(model, batch: TokenBatch) -> torch.Tensor:
     """(N, H): the final hidden state at each position that predicts a trained token."""
+    batch = batch.to(model_device(model))
     hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask
                                  ).last_hidden_state  # (B, L, H)
     return hidden[:, :-1][batch.mask[:, 1:]]  # position t-1 predicts token t
@@ -25,6 +27,7 @@ def response_logprobs(model, batch: TokenBatch, temperature: float = 1.0, entrop
     output layer, and not even the (N, V) logits of the trained tokens are materialised.
     """
     hidden = trained_hidden(model, batch)
+    batch = batch.to(hidden.device)
     targets = batch.input_ids[:, 1:][batch.mask[:, 1:]]  # (N,)
     head = model.get_output_embeddings()
     if getattr(head, "bias", None) is not None:
@@ -63,7 +66,7 @@ class SingleActor:
         totals: dict[str, float] = {}
         for batches, loss_fn in parts:
             for batch in batches:
-                loss, metrics = loss_fn(batch)
+                loss, metrics = loss_fn(batch.to(model_device(self.model)))
                 loss.backward()
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + float(value)

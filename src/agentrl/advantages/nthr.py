@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from agentrl.actor.batch import budget_chunks, micro_batches
+from agentrl.distributed import model_device
 
 
 def coupling(h_a, y_a, p_a, h_b, y_b, p_b) -> torch.Tensor:
@@ -48,7 +49,7 @@ def token_hidden(model, samples, pad_id: int, token_budget: int) -> list[tuple[t
     """(hidden (n, H), targets (n,)) of every sample's trained tokens, in the samples' order."""
     out = {}
     for batch_samples in budget_chunks(samples, token_budget):
-        batch = micro_batches(batch_samples, 10**12, pad_id)[0]
+        batch = micro_batches(batch_samples, 10**12, pad_id)[0].to(model_device(model))
         hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
         hidden = hidden[:, :-1][batch.mask[:, 1:]].float()
         targets = batch.input_ids[:, 1:][batch.mask[:, 1:]]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from agentrl.distributed import model_device
 from agentrl.rollout.collect import encode_prompt
 
 
@@ -24,15 +25,15 @@ class Pair:
     """Good (True) / bad (False) action, where known."""
 
 
-def _encode(tokenizer, pair: Pair) -> tuple[torch.Tensor, int]:
+def _encode(model, tokenizer, pair: Pair) -> tuple[torch.Tensor, int]:
     prompt_ids = encode_prompt(tokenizer, pair.prompt)
     response_ids = tokenizer(pair.response, add_special_tokens=False).input_ids
-    return torch.tensor([prompt_ids + response_ids]), len(prompt_ids)
+    return torch.tensor([prompt_ids + response_ids], device=model_device(model)), len(prompt_ids)
 
 
 def response_logprob(model, tokenizer, pair: Pair) -> torch.Tensor:
     """log p(response | prompt), a scalar (with grad when enabled)."""
-    ids, n_prompt = _encode(tokenizer, pair)
+    ids, n_prompt = _encode(model, tokenizer, pair)
     logits = model(input_ids=ids).logits[0, n_prompt - 1:-1].float()  # (R, V): predictions of the response
     return torch.log_softmax(logits, -1).gather(-1, ids[0, n_prompt:, None]).sum()
 
@@ -44,7 +45,7 @@ def _params(model) -> list[torch.nn.Parameter]:
 def mean_gradient(model, tokenizer, pairs: list[Pair]) -> torch.Tensor:
     """Mean over `pairs` of the gradient of log p(response | prompt), flattened (P,)."""
     params = _params(model)
-    total = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64)
+    total = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64, device=params[0].device)
     for pair in pairs:
         grads = torch.autograd.grad(response_logprob(model, tokenizer, pair), params)
         total += torch.cat([g.reshape(-1).double() for g in grads])
@@ -74,7 +75,7 @@ def one_step_influence(model, tokenizer, pairs: list[Pair], lr: float) -> torch.
             after = torch.stack([response_logprob(model, tokenizer, q) for q in pairs])
             for p, s in zip(params, saved):
                 p.copy_(s)
-        matrix[i] = after - before
+        matrix[i] = (after - before).cpu()
     return matrix
 
 
@@ -95,10 +96,10 @@ def action_representations(model, tokenizer, pairs: list[Pair]) -> torch.Tensor:
     """(n, H): last-layer hidden state averaged over each response's tokens."""
     rows = []
     for pair in pairs:
-        ids, n_prompt = _encode(tokenizer, pair)
+        ids, n_prompt = _encode(model, tokenizer, pair)
         hidden = model(input_ids=ids, output_hidden_states=True).hidden_states[-1][0, n_prompt:]
         rows.append(hidden.float().mean(0))
-    return torch.stack(rows)
+    return torch.stack(rows).cpu()
 
 
 def representation_separation(reps: torch.Tensor, labels: list[bool]) -> dict[str, float]:

@@ -111,7 +111,7 @@ class ClassifierJudgeLoss:
     def __init__(self, config, model, tokenizer, seed: int, external=None):
         self.config, self.name, self.weight = config, config.name, config.weight
         self.model, self.tokenizer, self.seed, self.external = model, tokenizer, seed, external
-        self.head = torch.nn.Linear(model.config.hidden_size, 1, dtype=model.dtype)
+        self.head = torch.nn.Linear(model.config.hidden_size, 1, dtype=model.dtype, device=model.device)
         torch.nn.init.zeros_(self.head.weight)
         torch.nn.init.zeros_(self.head.bias)
         self.critiques: list[tuple[str, str]] = []  # a classifier writes none
@@ -139,7 +139,8 @@ class ClassifierJudgeLoss:
         if not chosen:
             return {}
         batch = collate([self._sample(x) for x in chosen], self.tokenizer.pad_token_id)
-        _, metrics = self.hidden_loss(trained_hidden(self.model, batch), batch.values)
+        hidden = trained_hidden(self.model, batch)
+        _, metrics = self.hidden_loss(hidden, batch.to(hidden.device).values)
         return {"judge_accuracy": float(metrics["judge_accuracy"]) / len(chosen), "judge_pairs": len(chosen)}
 
     def save(self, path) -> None:

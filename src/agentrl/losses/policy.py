@@ -54,8 +54,8 @@ def seq_ratio(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
         return seq_ratio_triton(logp, old_logp, advantages, segments, config)
     n = int(segments.max()) + 1 if segments.numel() else 0
     log_ratio = logp - old_logp
-    sums = torch.zeros(n, dtype=log_ratio.dtype).index_add(0, segments, log_ratio)
-    counts = torch.zeros(n, dtype=log_ratio.dtype).index_add(0, segments, torch.ones_like(log_ratio))
+    sums = log_ratio.new_zeros(n).index_add(0, segments, log_ratio)
+    counts = log_ratio.new_zeros(n).index_add(0, segments, torch.ones_like(log_ratio))
     ratio = torch.exp(sums / counts)[segments]  # (N,), one value per action
     return _clipped_objective(ratio, advantages, config)
 

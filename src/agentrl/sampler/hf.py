@@ -6,6 +6,7 @@ from typing import Iterable
 
 import torch
 
+from agentrl.distributed import model_device
 from agentrl.sampler.base import Generation
 
 
@@ -35,8 +36,9 @@ class HFSampler:
         greedy = params.temperature == 0
         was_training = self.model.training
         self.model.eval()
+        device = model_device(self.model)
         out = self.model.generate(
-            input_ids=input_ids, attention_mask=attention, do_sample=not greedy,
+            input_ids=input_ids.to(device), attention_mask=attention.to(device), do_sample=not greedy,
             temperature=None if greedy else params.temperature, top_p=None if greedy else params.top_p,
             top_k=0 if not greedy else None, max_new_tokens=params.max_new_tokens,
             eos_token_id=self.eos_id, pad_token_id=self.pad_id,
