@@ -130,12 +130,12 @@ def main() -> None:
                     peak = cpu_peak_gib(method, n, hdim, args.v, args.dtype)
                 base_time = base_time or seconds
                 tflops = 3 * 2 * n * hdim * args.v / seconds / 1e12
-                peak_fraction = tflops / peak if (peak := peak_tflops(name)) and args.dtype == "bfloat16" else None
+                device_peak = peak_tflops(name) if args.dtype == "bfloat16" else None
                 rows.append({"device": name, "torch": torch.__version__, "triton": getattr(triton, "__version__", ""),
                              "commit": commit(), "dtype": args.dtype, "N": n, "H": hdim, "V": args.v, "method": method,
                              "ms": round(seconds * 1e3, 2), "peak_gib": round(peak, 3),
                              "time_vs_naive": round(seconds / base_time, 3), "tflops": round(tflops, 3),
-                             "peak_fraction": "" if peak_fraction is None else round(peak_fraction, 3)})
+                             "peak_fraction": round(tflops / device_peak, 3) if device_peak else ""})
                 print(rows[-1])
     append_rows(args.csv, rows)
 
