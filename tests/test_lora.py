@@ -54,3 +54,23 @@ def test_export_of_a_plain_checkpoint_and_bad_input(tiny_model_dir, tmp_path):
     assert (Path(tmp_path / "plain") / "config.json").is_file()
     (tmp_path / "empty").mkdir()
     assert main(["export", str(tmp_path / "empty"), "--out", str(tmp_path / "x")]) == 2
+
+
+def test_merged_weights_for_vllm_equal_peft_merge(tiny_model_dir):
+    """What the vLLM sampler receives from a LoRA actor: plain HF names, W + (alpha / r) B A per
+    adapted layer, and the tied lm_head named explicitly."""
+    from agentrl.config import LoRAConfig
+    from agentrl.models import add_lora
+    from agentrl.sampler.vllm import merged_weights
+
+    lora = LoRAConfig(r=4, alpha=8)
+    model = add_lora(load_model(str(tiny_model_dir)), lora)
+    with torch.no_grad():  # non-zero adapters (B starts at zero)
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.1)
+    pushed = dict(merged_weights(model.named_parameters(), lora.alpha / lora.r, tied=True))
+    expected = model.merge_and_unload().state_dict()
+    assert set(pushed) == set(expected)
+    for name, tensor in expected.items():
+        torch.testing.assert_close(pushed[name], tensor, atol=1e-6, rtol=1e-6)

