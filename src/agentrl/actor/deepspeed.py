@@ -87,7 +87,12 @@ class DeepSpeedActor:
         return {k.removeprefix("model."): v for k, v in state.items()}
 
     def weights(self):
-        return self.full_state_dict().items()
+        """(name, full tensor) one parameter at a time, each gathered (ZeRO-3) only when the
+        consumer reaches it; every rank must consume the stream to the end, in order."""
+        import deepspeed
+        for name, param in self.engine.module.named_parameters():
+            with deepspeed.zero.GatheredParameters([param], modifier_rank=None):
+                yield name.removeprefix("model."), param.detach().clone()
 
     def save(self, path: Path) -> None:
         path = Path(path)

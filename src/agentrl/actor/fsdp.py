@@ -136,7 +136,13 @@ class FSDPActor:
         return {k.removeprefix("model."): v for k, v in state.items()}
 
     def weights(self):
-        return self.full_state_dict().items()
+        """(name, full tensor) one parameter at a time, each all-gathered only when the consumer
+        (the sampler's weight push) reaches it: never a second full copy. Every rank must consume
+        the stream to the end, in order (every rank's sampler does)."""
+        for name, param in self.net.named_parameters():
+            if param.device != device():  # cpu_offload: gather on the rank's device
+                param = param.to(device())
+            yield name.removeprefix("model."), param.full_tensor().detach()
 
     def save(self, path: Path) -> None:
         """Sharded model + optimizer state (DCP, every rank writes its shards); rank 0 also writes
