@@ -46,6 +46,10 @@ def test_vllm_matches_the_actor_after_an_update_and_a_sync(tiny_model_dir):
         for gen, ref in zip(gens, expected):
             torch.testing.assert_close(torch.tensor(gen.logprobs), torch.tensor(ref), atol=1e-4, rtol=0)
 
+    # A rollout-sized batch: its prefills are chunked by vLLM's scheduler.
+    many = sampler.generate([p * 20 for p in prompts] * 32, SamplingConfig(temperature=1.0, max_new_tokens=4))
+    assert len(many) == 64 and all(0 < len(g.token_ids) <= 4 for g in many)
+
     before = sampler.prompt_logprobs(fixed)
     greedy_before = sampler.generate(prompts[:1], SamplingConfig(temperature=0, max_new_tokens=4))[0].token_ids
     target = tokenizer(" examine shelf 2").input_ids[:3]

