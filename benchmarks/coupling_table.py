@@ -7,7 +7,8 @@ single-turn arithmetic, with a real pretrained model (SmolLM2-135M-Instruct) on 
         --alfworld-data ../shared/data/alfworld/alfworld_json_2.1.1_slim.tar.xz
 
 Agent samples are steps of real ALFWorld episodes (and, for comparison, of the built-in household
-environment) in the default prompt, one step per episode: positives are expert moves (ALFWorld's
+environment) in the default prompt, one step per episode, the response being the action alone
+(a reasoning text shared by every sample would dominate the gradients): positives are expert moves (ALFWorld's
 PDDL planner), negatives steps of a random admissible-action policy that GCD's label sources call
 bad (the rule: its result recurs later in the episode; the environment: look / inventory /
 examine, or inadmissible). In-domain = the four training task types (train split), out-of-domain =
@@ -33,7 +34,6 @@ from agentrl.envs.alfworld.games import L2_TYPES, TASK_TYPES
 from agentrl.envs.base import sample_tasks
 from agentrl.gcd.labels import label_steps
 from agentrl.models import load_model, load_tokenizer
-from agentrl.prompting import format_response
 
 
 def agent_sets(env, n: int, seed: int) -> dict[str, list[Pair]]:
@@ -45,12 +45,12 @@ def agent_sets(env, n: int, seed: int) -> dict[str, list[Pair]]:
                 break
             if len(sets[f"pos_{domain}"]) < n:
                 expert = _play(env, task, prompt, lambda obs: env.expert_action()[1])
-                sets[f"pos_{domain}"] += [Pair(s.prompt, format_response("I make progress.", s.action), True)
+                sets[f"pos_{domain}"] += [Pair(s.prompt, s.action, True)
                                           for s in rng.sample(expert.steps, 1)]
             if len(sets[f"neg_{domain}"]) < n:
                 random_play = _play(env, task, prompt, lambda obs: rng.choice(obs.admissible_actions))
                 bad = [x.step for x in label_steps([random_play], ["rules", "env"]) if not x.label]
-                sets[f"neg_{domain}"] += [Pair(s.prompt, format_response("I make progress.", s.action), False)
+                sets[f"neg_{domain}"] += [Pair(s.prompt, s.action, False)
                                           for s in rng.sample(bad, min(1, len(bad)))]
     return sets
 
@@ -102,7 +102,7 @@ def main() -> None:
     for name, sets in samples.items():
         sims = gradient_similarity(model, tokenizer, sets)
         table[name] = {"pairs": cross_pairs(sims), "all": sims, "set_sizes": {k: len(v) for k, v in sets.items()}}
-        print(name, json.dumps(table[name]["pairs"]))
+        print(name, json.dumps(table[name]["pairs"]), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "coupling_table.json").write_text(json.dumps({"model": args.model, "samples": args.samples, **table}, indent=2))
