@@ -54,6 +54,9 @@ class SignalOnCall:
     def update_weights(self, weights):
         self.sampler.update_weights(weights)
 
+    def sleep(self):
+        self.sampler.sleep()
+
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
 def test_a_failed_worker_aborts_one_episode_and_the_step_completes(tiny_model_dir, tmp_path, sig):
