@@ -14,6 +14,7 @@ benchmarks/results/sampler.csv with device, versions and commit.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import tempfile
 import time
@@ -88,7 +89,7 @@ def main() -> None:
     import vllm
     batch = prompts(args.prompts, args.group, args.prefix, args.task)
     params = SamplingConfig(temperature=1.0, max_new_tokens=args.new_tokens)
-    rows = []
+    rows, sampler = [], None
     for size in args.sizes:
         hidden, layers = map(int, size.split("x"))
         with tempfile.TemporaryDirectory() as tmp:
@@ -97,6 +98,9 @@ def main() -> None:
             model = model.to(device, getattr(torch, dtype))
             hf = HFSampler(model, tok)
             hf_s, hf_out = timed(lambda: hf.generate(batch, params), args.repeats)
+            # One engine at a time: a discarded engine tears down vLLM's process-wide state.
+            sampler = None
+            gc.collect()
             sampler = VLLMSampler(str(folder), tok, SamplerConfig(), dtype, seed=0)
             vllm_s, vllm_out = timed(lambda: sampler.generate(batch, params), args.repeats)
             sync_s, _ = timed(lambda: sampler.update_weights(model.named_parameters()), args.repeats)
