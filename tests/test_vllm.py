@@ -86,3 +86,11 @@ def test_vllm_sampler_in_the_trainer_reproduces_and_resumes(tiny_model_dir, tmp_
     rows_b = strip_timing(read_metrics(split / "logs" / "metrics.jsonl"))
     assert [r["step"] for r in rows_a] == [1, 2] and rows_a == rows_b
     assert len(list_checkpoints(split)) == 2
+
+    # A checkpoint's model/ folder is a plain HF folder that vLLM serves with the same numbers.
+    folder = list_checkpoints(split)[-1] / "model"
+    sampler = VLLMSampler(str(folder), load_tokenizer(tiny_model_dir), SamplerConfig(), "float32", seed=0)
+    sequence = [5, 17, 33, 2, 9, 40, 41, 12]
+    torch.testing.assert_close(torch.tensor(sampler.prompt_logprobs([sequence])[0]),
+                               torch.tensor(actor_logprobs(load_model(str(folder)), [sequence], [1])[0]),
+                               atol=1e-4, rtol=0)
