@@ -53,3 +53,12 @@ def test_every_recipe_loads():
     for recipe in recipes:
         load_config(recipe)
     assert validate_config({}).rl is None
+
+
+def test_sharded_actor_with_vllm_refuses_what_needs_a_full_policy_copy():
+    base = {"rl": {"actor": {"backend": "fsdp2"}, "sampler": {"type": "vllm"}}}
+    validate_config(base)  # fine on its own
+    with pytest.raises(ConfigError, match=r"rl\.nthr needs actor\.backend: single when sampler\.type is vllm"):
+        validate_config({"rl": {**base["rl"], "nthr": {}}})
+    with pytest.raises(ConfigError, match=r"rl\.sampler\.kv_cache_gib: Input should be greater than 0"):
+        validate_config({"rl": {"sampler": {"kv_cache_gib": 0}}})

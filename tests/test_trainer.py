@@ -161,3 +161,11 @@ def test_coupling_lab_runs_inside_training(tiny_model_dir, tmp_path):
     finally:
         trainer.close()
     assert "timing_s/coupling" in metrics
+
+
+def test_vllm_sampler_without_vllm_names_the_fix(tiny_model_dir, tmp_path):
+    import importlib.util
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed (tests/test_vllm.py covers it)")
+    with pytest.raises(ImportError, match=r"rl\.sampler\.type: vllm needs vLLM.*make vllm-env"):
+        RLTrainer(small_config(tmp_path, 1, sampler={"type": "vllm"}), str(tiny_model_dir), tmp_path)
