@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from agentrl.actor.fsdp import TokenHead, padded_work, summed_over_ranks, write_plain_copy
+from agentrl.actor.fsdp import TokenHead, call_root, padded_work, summed_over_ranks, write_plain_copy
 from agentrl.actor.single import make_optimizer
 from agentrl.distributed import device
 
@@ -52,12 +52,10 @@ class DeepSpeedActor:
             deepspeed.zero.register_external_parameter(self.engine.module, model.get_output_embeddings().weight)
 
     def token_logprobs(self, batch, temperature=1.0, entropy=False):
-        batch = batch.to(device())
-        return self.engine(batch.input_ids, batch.attention_mask, batch.mask, temperature, entropy)
+        return call_root(self.engine, batch, temperature, entropy)
 
     def token_hidden(self, batch):
-        batch = batch.to(device())
-        return self.engine(batch.input_ids, batch.attention_mask, batch.mask, hidden=True)
+        return call_root(self.engine, batch, hidden=True)
 
     def _idle_loss(self, batch):
         return self.token_logprobs(batch)[0].sum(), {}

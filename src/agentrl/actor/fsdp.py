@@ -78,6 +78,12 @@ class TokenHead(torch.nn.Module):
         return response_logprobs(self.model, batch, temperature, entropy)
 
 
+def call_root(root, batch: TokenBatch, temperature: float = 1.0, entropy: bool = False, hidden: bool = False):
+    """Run a wrapped `TokenHead` (FSDP module or DeepSpeed engine) on a batch moved to this rank's device."""
+    batch = batch.to(device())
+    return root(batch.input_ids, batch.attention_mask, batch.mask, temperature, entropy, hidden)
+
+
 class FSDPActor:
     def __init__(self, model, optim, mixed_precision: bool = True, cpu_offload: bool = False,
                  activation_checkpointing: bool = False):
@@ -98,12 +104,10 @@ class FSDPActor:
         self.optimizer, self.scheduler = make_optimizer([p for p in self.net.parameters() if p.requires_grad], optim)
 
     def token_logprobs(self, batch, temperature=1.0, entropy=False):
-        batch = batch.to(device())
-        return self.net(batch.input_ids, batch.attention_mask, batch.mask, temperature, entropy)
+        return call_root(self.net, batch, temperature, entropy)
 
     def token_hidden(self, batch):
-        batch = batch.to(device())
-        return self.net(batch.input_ids, batch.attention_mask, batch.mask, hidden=True)
+        return call_root(self.net, batch, hidden=True)
 
     def optimizer_step(self, parts) -> dict[str, float]:
         """One update from every rank's (micro-batches, loss_fn) parts; metrics summed over ranks."""
