@@ -78,3 +78,19 @@ def no_orphan_processes():
         time.sleep(0.5)
     assert not multiprocessing.active_children(), "worker processes left running"
     assert not set(java_processes()) - before, "JVMs left running"
+
+
+@pytest.fixture(scope="session")
+def choice_model_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny model fine-tuned to answer the two-step task's prompts (tests/twostep.py) with
+    either action, each about half the time: the start of every learning-direction test."""
+    from agentrl.config import SFTConfig
+    from agentrl.models import load_model, load_tokenizer
+    from agentrl.sft import train_sft
+    from twostep import write_choice_data
+
+    out = tmp_path_factory.mktemp("choice")
+    write_choice_data(out / "data.jsonl")
+    train_sft(load_model(tiny_model_dir), load_tokenizer(tiny_model_dir), out / "data.jsonl",
+              SFTConfig(epochs=20, batch_size=8, optim={"lr": 3e-3}), 0, out / "model")
+    return out / "model"

@@ -126,3 +126,51 @@ def test_rlvmr_reflection_needs_an_ineffective_previous_step():
     from agentrl.advantages.rlvmr import meta_rewards
     assert meta_rewards(c, RLVMRConfig())[1] == ("reflection", 1.0)
     assert meta_rewards(d, RLVMRConfig())[1] == ("reflection", 0.0)
+
+
+def two_groups():
+    """Two task groups that reuse the same anchor names (s0, s1) with different outcomes, and
+    invalid steps in both, so that pooling across groups, dropping the penalty or the discount,
+    or a missing recursion each change the numbers."""
+    return [traj(0, ["s0", "s1"], [0, 10]),               # A: succeeds
+            traj(0, ["s0", "s2"], [0, 0], invalid={1}),   # B: fails, invalid last step
+            traj(1, ["s0", "s1"], [0, 0]),                # C: fails
+            traj(1, ["s0"], [10]),                        # D: succeeds at once
+            traj(1, ["s1", "s1"], [0, 10], invalid={0})]  # E: invalid first step, then succeeds
+
+
+def test_gigpo_by_hand_with_two_task_groups():
+    # gamma 0.9; step returns minus penalty: A [9, 10], B [0, -0.1], C [0, 0], D [10], E [8.9, 10].
+    # Episode term within each group: group 0 rewards {10, 0} -> +-0.70711; group 1 {0, 10, 10}
+    # (mean 6.667, std 5.7735) -> C -1.1547, D and E +0.57735.
+    # Step term within each group's anchor groups: group 0 s0 {9, 0} -> +-0.70711, s1 and s2
+    # singletons -> 0. Group 1 s0 {0, 10} -> C -0.70711, D +0.70711; s1 {C 0, E 8.9, E 10}
+    # (mean 6.3, std 5.4836) -> C -1.14888, E 0.47414, 0.67474.
+    out = compute_advantages(two_groups(), GiGPOConfig(gamma=0.9, eps=0.0))
+    assert out.values == [pytest.approx(v, abs=1e-5) for v in
+                          [[1.41421, 0.70711], [-1.41421, -0.70711], [-1.86181, -2.30358], [1.28446],
+                           [1.05149, 1.25209]]]
+
+
+def test_gagpo_by_hand_with_two_task_groups():
+    # gamma 0.9, lambda 0.5 (gamma x lambda = 0.45). Discounted returns: A [9, 10], B [0, 0],
+    # C [0, 0], D [10], E [9, 10]. State values per group: group 0 V(s0) 4.5, V(s1) 10, V(s2) 0;
+    # group 1 V(s0) = mean(0, 10) = 5, V(s1) = mean(C 0, E 9, E 10) = 6.3333.
+    # E: delta = [0 + 0.9 x 6.3333 - 6.3333, 10 - 6.3333] = [-0.63333, 3.66667]
+    #    -> A_1 = 3.66667, A_0 = -0.63333 + 0.45 x 3.66667 = 1.01667, minus the penalty: 0.91667.
+    # C: delta = [0 + 0.9 x 6.3333 - 5, 0 - 6.3333] = [0.7, -6.33333] -> [-2.15, -6.33333].
+    # D: [10 - 5] = [5]. Group 1 raw {-2.15, -6.3333, 5, 0.91667, 3.66667}: mean 0.22, std 4.57647.
+    # Group 0: A [4.5, 0], B [-4.5, -0.1]: mean -0.025, std 3.67457.
+    out = compute_advantages(two_groups(), GAGPOConfig(gamma=0.9, lam=0.5, eps=0.0))
+    assert out.values == [pytest.approx(v, abs=1e-5) for v in
+                          [[1.23143, 0.0068], [-1.21783, -0.02041], [-0.51787, -1.43196], [1.04447],
+                           [0.15223, 0.75313]]]
+
+
+def test_grpo_step_level_by_hand_with_two_task_groups():
+    # Step scores (episode reward minus the step's penalty): group 0 A [10, 10], B [0, -0.1]
+    # (mean 4.975, std 5.80251); group 1 C [0, 0], D [10], E [9.9, 10] (mean 5.98, std 5.45912).
+    out = compute_advantages(two_groups(), GRPOConfig(eps=0.0))
+    assert out.values == [pytest.approx(v, abs=1e-5) for v in
+                          [[0.866, 0.866], [-0.85739, -0.87462], [-1.09541, -1.09541], [0.73638],
+                           [0.71806, 0.73638]]]

@@ -179,7 +179,8 @@ def test_training_with_gcd_logs_judge_metrics_and_correction(tiny_model_dir, tmp
         assert r["aux/gcd/pairs"] == 4 and r["aux/gcd/labels/llm_errors"] == 0
         assert {"aux/gcd/loss", "aux/gcd/judge_accuracy", "aux/gcd/verdict_parse_rate", "timing_s/aux_prepare"} <= set(r)
     # The random actor's judgments never parse, so there are no critiques and no correction yet.
-    assert rows[-1]["aux/gcd/verdict_parse_rate"] == 0 and not (tmp_path / "run" / "correction.jsonl").exists()
+    assert all(r["aux/gcd/verdict_parse_rate"] == 0 and r["aux/gcd/judge_accuracy"] == 0 for r in rows)
+    assert not (tmp_path / "run" / "correction.jsonl").exists()
     assert results["l0"]["episodes"] == 3
 
 
@@ -250,3 +251,67 @@ def test_classifier_judge_trains_in_the_loop_and_resumes_exactly(tiny_model_dir,
 def test_classifier_has_no_critiques_for_correction():
     with pytest.raises(ValueError, match="generative"):
         GCDAuxConfig(judge="classifier", correction={"every": 1})
+
+
+def test_judgment_rewards_and_advantages_by_hand():
+    from agentrl.losses.gcd import group_advantages, judgment_reward
+
+    assert [judgment_reward(v, True) for v in (True, False, None)] == [1.0, 0.0, 0.0]
+    assert [judgment_reward(v, False) for v in (True, False, None)] == [0.0, 1.0, 0.0]
+    # Rewards [1, 0, 0]: mean 1/3, population std sqrt(2)/3 -> (2/3) / 0.4714 = 1.41421, -0.70711.
+    assert group_advantages([1.0, 0.0, 0.0]) == pytest.approx([1.41421, -0.70711, -0.70711], abs=1e-5)
+    assert group_advantages([1.0, 1.0]) == [0.0, 0.0]
+
+
+def test_an_always_good_judge_scores_half_on_balanced_pairs(optimist_dir):
+    """The optimist answers "good" to everything: right on the good pair, wrong on the bad one,
+    and every group agrees with itself, so no judgment gets an advantage."""
+    model, tokenizer = load_model(optimist_dir), load_tokenizer(optimist_dir)
+    config = GCDAuxConfig(pairs_per_step=4, group_size=3, sampling={"max_new_tokens": 20, "temperature": 0.0})
+    loss = GCDLoss(config, HFSampler(model, tokenizer), tokenizer, seed=0)
+    batch = loss.prepare([traj(["start", "A", "B", "A", "C"], success=True)], step=1)
+    assert batch.metrics["pairs"] == 2
+    assert batch.metrics["judge_accuracy"] == 0.5 and batch.metrics["verdict_parse_rate"] == 1.0
+    assert all(a == 0.0 for s in batch.samples for a in s.values["advantages"])
+    # It rightly called nothing bad, so there is nothing to critique.
+    assert loss.critiques == []
+
+
+def test_labels_per_source_on_a_hand_built_trajectory(judge_server):
+    """rules first (steps 0 and 4), then the external judge on what is left (the optimist:
+    good), and the environment's progress flags only where neither labelled."""
+    t = traj(["start", "A", "B", "A", "C"], success=True, progress=[True, None, False, True, True])
+    external = ExternalJudge(ChatEndpoint(judge_server, "tiny", None, 60), 2, 2, 0.0, 20)
+    labelled = label_steps([t], ["rules", "llm", "env"], external, external_budget=2, rng=random.Random(0))
+    by_step = {x.step.action: (x.label, x.source) for x in labelled}
+    llm = [a for a, (_, source) in by_step.items() if source == "llm"]
+    assert by_step["a0"] == (False, "rules") and by_step["a4"] == (True, "rules")
+    assert len(llm) == 2 and all(by_step[a] == (True, "llm") for a in llm)
+    left = ({"a1", "a2", "a3"} - set(llm)).pop()
+    assert by_step.get(left) == {"a1": None, "a2": (False, "env"), "a3": (True, "env")}[left]
+
+
+def test_correction_hint_is_in_training_prompts_after_a_refresh_and_never_in_evaluation(choice_model_dir, tmp_path):
+    import twostep
+    from agentrl.evaluate import evaluate
+    from agentrl.gcd.correction import HEADER
+
+    config = twostep.config(tmp_path, aux=[{"type": "gcd", "pairs_per_step": 2, "group_size": 2,
+                                            "sampling": {"max_new_tokens": 6},
+                                            "correction": {"every": 1, "max_new_tokens": 12}}])
+    trainer = RLTrainer(config, str(choice_model_dir), tmp_path)
+    try:
+        assert all(not s.prompt.startswith(HEADER) for t in trainer.rollout(1) for s in t.steps)
+        trainer.judge.critiques = [("open cabinet 1", "it leads to the cellar")]
+        trained = trainer.rollout(2)  # step 2 refreshes the summary (every 1 step)
+        evaluate(trainer.pool, trainer.sampler, trainer.tokenizer, config.eval, config.prompt, config.seed,
+                 tmp_path / "eval")
+    finally:
+        trainer.close()
+    hint = trainer.correction.hint
+    assert hint.startswith(HEADER) and len(hint) > len(HEADER)
+    assert all(s.prompt.startswith(hint + "\n") for t in trained for s in t.steps)
+    logged = [json.loads(line) for line in (tmp_path / "correction.jsonl").read_text().splitlines()]
+    assert logged == [{"step": 2, "critiques": 1, "hint": hint}]
+    evaluated = [json.loads(line) for line in (tmp_path / "eval" / "trajectories_l0.jsonl").read_text().splitlines()]
+    assert evaluated and all(HEADER not in s["prompt"] for t in evaluated for s in t["steps"])

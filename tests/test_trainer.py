@@ -169,3 +169,195 @@ def test_vllm_sampler_without_vllm_names_the_fix(tiny_model_dir, tmp_path):
         pytest.skip("vllm is installed (tests/test_vllm.py covers it)")
     with pytest.raises(ImportError, match=r"rl\.sampler\.type: vllm needs vLLM.*make vllm-env"):
         RLTrainer(small_config(tmp_path, 1, sampler={"type": "vllm"}), str(tiny_model_dir), tmp_path)
+
+
+# --- what the trainer itself decides, on the two-step task (tests/twostep.py) ----------------------
+def trajectories_to_json(trajectories) -> str:
+    import dataclasses
+    return json.dumps([dataclasses.asdict(t) for t in trajectories])
+
+
+def trajectories_from_json(text: str):
+    from agentrl.rollout.types import StepSample, Trajectory
+    return [Trajectory(**{**t, "steps": [StepSample(**s) for s in t["steps"]]}) for t in json.loads(text)]
+
+
+def flat_weights(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def two_rank_learn(rank, world, port, model_dir, out_dir):
+    import os
+
+    import torch.distributed as dist
+    import twostep
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        config = twostep.config(out_dir, **AGGREGATION_RL, actor={"backend": "fsdp2"})
+        trainer = RLTrainer(config, model_dir, Path(out_dir) / f"rank{rank}")
+        trajectories = trainer.rollout(1)
+        (Path(out_dir) / f"trajectories{rank}.json").write_text(trajectories_to_json(trajectories))
+        metrics = trainer.learn(trajectories, 1)
+        state = trainer.actor.full_state_dict()
+        if rank == 0:
+            from safetensors.torch import save_file
+            save_file({k: v.contiguous() for k, v in state.items()}, f"{out_dir}/weights.safetensors")
+            (Path(out_dir) / "metrics.json").write_text(json.dumps(metrics))
+        trainer.close()
+    finally:
+        dist.destroy_process_group()
+
+
+# Adam's first step is lr x sign(g): float noise in a tiny gradient element can flip it, so lr is
+# small and the gradient itself is compared through grad_norm. The entropy bonus and the KL term
+# carry the same aggregation weights as the policy-gradient term.
+AGGREGATION_RL = {"tasks_per_step": 2, "group_size": 4, "kl_coef": 0.05, "entropy_coef": 0.01,
+                  "optim": {"lr": 1e-4}}
+
+
+def test_two_ranks_update_like_one_process_through_the_trainer(choice_model_dir, tmp_path):
+    """Each rank plays one task group with its own token count; the loss is aggregated over the
+    global counts, so the update equals one process learning from both groups."""
+    import torch.multiprocessing as mp
+
+    import twostep
+    from test_distributed import free_port
+
+    mp.spawn(two_rank_learn, args=(2, free_port(), str(choice_model_dir), str(tmp_path)), nprocs=2)
+    ranks = [trajectories_from_json((tmp_path / f"trajectories{r}.json").read_text()) for r in (0, 1)]
+    tokens = [sum(len(s.response_ids) for t in share for s in t.steps) for share in ranks]
+    assert tokens[0] != tokens[1]  # unequal shares: a rank-local count would weigh them differently
+
+    trainer = RLTrainer(twostep.config(tmp_path / "single", **AGGREGATION_RL), str(choice_model_dir), tmp_path / "single")
+    try:
+        metrics = trainer.learn(ranks[0] + ranks[1], 1)
+    finally:
+        trainer.close()
+    sharded = json.loads((tmp_path / "metrics.json").read_text())
+    for key in ("actor/grad_norm", "actor/pg_loss", "actor/entropy", "actor/kl", "tokens/response"):
+        assert sharded[key] == pytest.approx(metrics[key], rel=1e-4, abs=1e-7), key
+    weights = load_file(tmp_path / "weights.safetensors")
+    single = dict(trainer.model.state_dict())
+    for name, value in weights.items():
+        assert torch.allclose(value, single[name], atol=2e-5, rtol=0), name
+
+
+def test_aborted_groups_are_left_out_of_the_update(choice_model_dir, tmp_path):
+    """An update with an aborted episode equals the update in which its group never ran."""
+    import copy
+
+    import twostep
+
+    def learn(trajectories):
+        trainer = RLTrainer(config, str(choice_model_dir), tmp_path)
+        try:
+            metrics = trainer.learn(copy.deepcopy(trajectories), 1)
+            return flat_weights(trainer.model), metrics
+        finally:
+            trainer.close()
+
+    config = twostep.config(tmp_path, tasks_per_step=3)
+    trainer = RLTrainer(config, str(choice_model_dir), tmp_path)
+    initial = flat_weights(trainer.model)
+    try:
+        played = trainer.rollout(1)
+    finally:
+        trainer.close()
+    crashed = copy.deepcopy(played)
+    victim = next(t for t in crashed if t.group_id == 1)
+    victim.aborted, victim.steps = True, victim.steps[:1]  # its worker died after one step
+
+    with_abort, metrics = learn(crashed)
+    without_group, _ = learn([t for t in played if t.group_id != 1])
+    everything, _ = learn(played)
+    assert metrics["rollout/aborted"] == 1 and metrics["rollout/dropped_groups"] == 1
+    assert all(torch.equal(with_abort[n], without_group[n]) for n in initial)
+    assert any(not torch.equal(with_abort[n], initial[n]) for n in initial)  # the other groups trained
+    assert any(not torch.equal(everything[n], without_group[n]) for n in initial)  # group 1 mattered
+
+
+def test_kl_in_reward_adds_each_actions_kl_to_its_penalty(choice_model_dir, tmp_path):
+    """kl_coef x the summed per-token k3 KL(sampler || reference) joins the step's penalty, so
+    within a task group (equal episode rewards) a step with more KL gets a lower advantage."""
+    from agentrl.actor.batch import TrainSample, collate
+    from agentrl.actor.single import response_logprobs
+    from agentrl.losses.policy import kl_k3
+
+    import twostep
+
+    config = twostep.config(tmp_path, kl_coef=0.5, kl_in_reward=True, kl_estimator="k3")
+    trainer = RLTrainer(config, str(choice_model_dir), tmp_path)
+    try:
+        torch.manual_seed(0)
+        with torch.no_grad():  # the policy leaves its reference (the sampler is the policy itself)
+            for p in trainer.model.parameters():
+                p.add_(0.02 * torch.randn_like(p))
+        trajectories = trainer.rollout(1)
+        invalid = {id(s): 0.0 if s.valid else config.prompt.invalid_penalty for t in trajectories for s in t.steps}
+        metrics = trainer.learn(trajectories, 1)
+        for t in trajectories:
+            for s in t.steps:
+                batch = collate([TrainSample.from_turn(s.prompt_ids, s.response_ids)], trainer.tokenizer.pad_token_id)
+                with torch.no_grad():
+                    ref, _ = response_logprobs(trainer.reference, batch, config.sampling.temperature)
+                kl = kl_k3(torch.tensor(s.logprobs), ref).sum().item()
+                assert kl > 0
+                assert s.penalty == pytest.approx(invalid[id(s)] + 0.5 * kl, rel=1e-4)
+    finally:
+        trainer.close()
+    assert metrics["rollout/kl_penalty"] > 0
+    for group in {t.group_id for t in trajectories}:
+        for reward in {t.episode_reward for t in trajectories}:
+            steps = sorted((s for t in trajectories if t.group_id == group and t.episode_reward == reward
+                            for s in t.steps), key=lambda s: s.penalty)
+            assert [s.advantage for s in steps] == sorted((s.advantage for s in steps), reverse=True)
+
+
+def test_entropy_bonus_raises_the_entropy(choice_model_dir, tmp_path):
+    """With every advantage zero (one rollout per task, trajectory-level GRPO), the entropy
+    bonus alone drives the update, and it must make the policy less certain."""
+    from agentrl.actor.batch import TrainSample, collate
+    from agentrl.actor.single import response_logprobs
+
+    import twostep
+
+    config = twostep.config(tmp_path, group_size=1, tasks_per_step=4, entropy_coef=0.5,
+                            advantage={"type": "grpo", "level": "trajectory"})
+    trainer = RLTrainer(config, str(choice_model_dir), tmp_path)
+
+    def entropy() -> float:
+        with torch.no_grad():
+            _, ent = response_logprobs(trainer.model, batch, 1.0, entropy=True)
+        return ent.mean().item()
+
+    try:
+        trajectories = trainer.rollout(1)
+        batch = collate([TrainSample.from_turn(s.prompt_ids, s.response_ids) for t in trajectories for s in t.steps],
+                        trainer.tokenizer.pad_token_id)
+        before = entropy()
+        trainer.learn(trajectories, 1)
+        after = entropy()
+    finally:
+        trainer.close()
+    assert all(s.advantage == 0.0 for t in trajectories for s in t.steps)
+    assert after > before + 1e-3, (before, after)
+
+
+def test_steps_carry_the_environments_anchor_not_the_prompt(choice_model_dir, tmp_path):
+    """GiGPO / GAGPO group steps by the environment's anchor state; the rendered prompt holds
+    history, so two routes into one room would never share a prompt."""
+    import twostep
+
+    trainer = RLTrainer(twostep.config(tmp_path), str(choice_model_dir), tmp_path)
+    try:
+        trajectories = trainer.rollout(1)
+    finally:
+        trainer.close()
+    steps = [s for t in trajectories for s in t.steps]
+    for s in steps:
+        room = s.observation.removeprefix("You are in the ").removesuffix(".")
+        assert s.anchor == f"room:{room}"
+    assert {s.anchor for s in steps} >= {"room:hall", "room:corridor", "room:cellar"}

@@ -137,19 +137,34 @@ class RLTrainer:
 
     # --- one training step -----------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
-        rl, cfg = self.rl, self.config
-        step = self.step + 1
-        timing: dict[str, float] = {}
+        """Rollouts of this rank's share of the step's tasks, then one update on them."""
+        step, timing = self.step + 1, {}
         started = time.perf_counter()
-        # Every rank draws the same task list and plays its own contiguous share of it.
+        trajectories = self.rollout(step, timing)
+        metrics = self.learn(trajectories, step, timing)
+        self.step = step
+        metrics["timing_s/step"] = time.perf_counter() - started
+        # Rollout, advantage and timing statistics are per rank: averaged over the ranks.
+        # (Actor totals and token counts are already global.)
+        return distributed.mean_metrics(metrics)
+
+    def rollout(self, step: int, timing: dict | None = None) -> list:
+        """This rank's trajectories of training step `step` (1-based): every rank draws the same
+        task list and plays its own contiguous share of it."""
+        rl, cfg = self.rl, self.config
         tasks = sample_tasks(self.pool.local, "train", rl.tasks_per_step, random.Random(step_seed(cfg.seed, step, "tasks")))
         share = rl.tasks_per_step // self.world
         torch.manual_seed(step_seed(cfg.seed, step, "sampling" if self.world == 1 else f"sampling:{self.rank}"))
         hint = self.correction.refresh(step) if self.correction else ""
-        trajectories = collect(self.pool, self.sampler, self.tokenizer, tasks[self.rank * share:(self.rank + 1) * share],
-                               rl.group_size, cfg.prompt, cfg.sampling,
-                               first_group_id=self.step * rl.tasks_per_step + self.rank * share, timing=timing,
-                               hint=hint)
+        return collect(self.pool, self.sampler, self.tokenizer, tasks[self.rank * share:(self.rank + 1) * share],
+                       rl.group_size, cfg.prompt, cfg.sampling,
+                       first_group_id=(step - 1) * rl.tasks_per_step + self.rank * share, timing=timing, hint=hint)
+
+    def learn(self, trajectories: list, step: int, timing: dict | None = None) -> dict[str, float]:
+        """Score, advantages and one update (all ranks together) on this rank's `trajectories`;
+        sets each usable step's `advantage`. Returns this rank's metrics."""
+        rl, cfg = self.rl, self.config
+        timing = timing if timing is not None else {}
         # An aborted episode leaves its group: the group baseline of the others would be biased
         # (a crash can correlate with the outcome), so the whole group sits this step out.
         broken = {t.group_id for t in trajectories if t.aborted}
@@ -178,7 +193,8 @@ class RLTrainer:
         start = time.perf_counter()
         advantages = compute_advantages(usable, rl.advantage)
         timing["advantage"] = time.perf_counter() - start
-        for sample, a in zip(samples, (a for values in advantages.values for a in values)):
+        for step_sample, sample, a in zip(steps, samples, (a for values in advantages.values for a in values)):
+            step_sample.advantage = a
             sample.values["advantages"] = [a] * sample.n_targets
         if rl.nthr is not None:
             start = time.perf_counter()
@@ -233,7 +249,6 @@ class RLTrainer:
             extra_metrics.update(value_metrics(old_values, returns))
             timing["critic_update"] = time.perf_counter() - start
         self.sampler.update_weights(self.actor.weights())
-        self.step = step
 
         n_updates = max(1, rl.epochs * n_chunks)
         n_tokens = rl.epochs * distributed.all_sum([sum(s.n_targets for s in samples)])[0]
@@ -251,11 +266,8 @@ class RLTrainer:
             metrics.update({f"aux/{name}/{k}": v for k, v in batch.metrics.items()})
         metrics["tokens/processed"] = rl.epochs * distributed.all_sum([sum(len(s.ids) for s in samples)])[0]
         metrics["tokens/response"] = float(n_tokens / rl.epochs)
-        timing["step"] = time.perf_counter() - started
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
-        # Rollout, advantage and timing statistics are per rank: averaged over the ranks.
-        # (Actor totals and token counts above are already global.)
-        return distributed.mean_metrics(metrics)
+        return metrics
 
     def _policy_loss(self):
         rl, temperature = self.rl, self.config.sampling.temperature or 1.0
@@ -267,7 +279,10 @@ class RLTrainer:
             weight = v["agg_weight"]  # (N,): rl.loss_agg over the whole mini-batch
             pg, counts = loss_impl(logp, v["old_logprobs"], v["advantages"], batch.sample_index, rl.loss)
             total = (weight * pg).sum()
+            # ppo_kl: mean of log(old / new) per token; ~0 on the first mini-batch of an update,
+            # where the actor must score the sampled tokens exactly as the sampler did.
             metrics = {"pg_loss": pg.sum().detach(), "entropy": entropy.sum().detach(),
+                       "ppo_kl": (v["old_logprobs"] - logp).sum().detach(),
                        **{k: c.detach() for k, c in counts.items()}}
             if self.use_reference and not rl.kl_in_reward:
                 kl = KL_ESTIMATORS[rl.kl_estimator](logp, v["ref_logprobs"])

@@ -37,6 +37,18 @@ def select_pairs(judge, trajectories, step: int):
     return chosen, metrics
 
 
+def judgment_reward(verdict: bool | None, label: bool) -> float:
+    """1 when the verdict matches the label; a missing or unparseable verdict is wrong."""
+    return float(verdict is not None and verdict == label)
+
+
+def group_advantages(rewards: list[float]) -> list[float]:
+    """GRPO within one pair's judgments: (r - mean) / (std + 1e-6) with the population std (the
+    group is every judgment of the pair, not a sample of them); 0 for a group that agrees."""
+    mean, std = statistics.fmean(rewards), statistics.pstdev(rewards)
+    return [(r - mean) / (std + 1e-6) for r in rewards]
+
+
 def eval_pairs(judge, trajectories, seed: int):
     """Balanced labelled steps for measuring judge accuracy (rule and environment labels only,
     so evaluation never calls the external judge)."""
@@ -66,12 +78,10 @@ class GCDLoss:
             group = generations[i * cfg.group_size:(i + 1) * cfg.group_size]
             texts = [self.tokenizer.decode(g.token_ids, skip_special_tokens=True) for g in group]
             verdicts = [parse_verdict(t) for t in texts]
-            rewards = [float(v == x.label) for v in verdicts]
+            rewards = [judgment_reward(v, x.label) for v in verdicts]
             correct += rewards
             parsed += [v is not None for v in verdicts]
-            mean, std = statistics.fmean(rewards), statistics.pstdev(rewards)
-            for g, r, text, verdict in zip(group, rewards, texts, verdicts):
-                advantage = (r - mean) / (std + 1e-6)
+            for g, advantage, text, verdict in zip(group, group_advantages(rewards), texts, verdicts):
                 samples.append(TrainSample.from_turn(prompts[i], g.token_ids, old_logprobs=g.logprobs,
                                                      advantages=[advantage] * len(g.token_ids)))
                 if not x.label and verdict is False:

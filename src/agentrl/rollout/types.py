@@ -28,6 +28,9 @@ class StepSample:
     """The environment's own judgement of the action, where it has one (GCD label source)."""
     value: float | None = None
     """The critic's V of the step's state (PPO with a critic only)."""
+    advantage: float | None = None
+    """The step's advantage, set by the trainer before the update (None until then, and for
+    steps of groups left out of the update)."""
 
     @property
     def valid(self) -> bool:

@@ -1,0 +1,199 @@
+"""Mutation pass: small semantic breakages of the code, one at a time, each run against the tests
+that should notice it. A mutant is killed when a test fails; one that survives is a breakage
+that would corrupt a research result without the suite saying so.
+
+    .venv/bin/python tests/mutants.py                 # all, against this checkout (~30 min)
+    .venv/bin/python tests/mutants.py --only gigpo    # names containing "gigpo"
+    .venv/bin/python tests/mutants.py --root DIR      # another checkout (its src/ and tests/)
+
+Each mutant replaces the first occurrence of one snippet in one file and restores the file
+afterwards (also on Ctrl-C). Not part of `make test`: `make mutants` runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+TRAINER = ["test_trainer.py", "test_direction.py", "test_lora.py", "test_gcd.py"]
+ESTIMATORS = ["test_advantages.py", "test_grpo.py", "test_direction.py"]
+LOSSES = ["test_actor.py", "test_kernels.py", "test_direction.py"]
+ROLLOUT = ["test_trainer.py", "test_pool.py", "test_household.py", "test_direction.py"]
+GCD = ["test_gcd.py"]
+EVAL = ["test_evaluate.py", "test_cli.py"]
+
+
+@dataclass
+class Mutant:
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: list[str]
+
+
+MUTANTS = [
+    # --- the trainer -------------------------------------------------------------------------------
+    Mutant("trainer: every step gets the negated advantage", "src/agentrl/trainer.py",
+           'sample.values["advantages"] = [a] * sample.n_targets',
+           'sample.values["advantages"] = [-a] * sample.n_targets', TRAINER),
+    Mutant("trainer: loss aggregated by the rank's own token count", "src/agentrl/trainer.py",
+           "distributed.all_sum([sum(lengths), len(lengths)])", "[sum(lengths), len(lengths)]",
+           TRAINER + ["test_distributed.py"]),
+    Mutant("trainer: aborted episodes and their groups kept", "src/agentrl/trainer.py",
+           "broken = {t.group_id for t in trajectories if t.aborted}", "broken = set()", TRAINER),
+    Mutant("trainer: only the aborted episode dropped, not its group", "src/agentrl/trainer.py",
+           "usable = [t for t in trajectories if t.group_id not in broken]",
+           "usable = [t for t in trajectories if not t.aborted]", TRAINER),
+    Mutant("trainer: policy loss ignores the sampling temperature", "src/agentrl/trainer.py",
+           "rl, temperature = self.rl, self.config.sampling.temperature or 1.0", "rl, temperature = self.rl, 1.0",
+           TRAINER),
+    Mutant("trainer: KL-in-reward penalty with its sign flipped", "src/agentrl/trainer.py",
+           "step_sample.penalty += penalty", "step_sample.penalty -= penalty", TRAINER),
+    Mutant("trainer: entropy bonus with its sign flipped", "src/agentrl/trainer.py",
+           "total = total - rl.entropy_coef * (weight * entropy).sum()",
+           "total = total + rl.entropy_coef * (weight * entropy).sum()", TRAINER + ["test_distributed.py"]),
+    Mutant("trainer: KL loss term with its sign flipped", "src/agentrl/trainer.py",
+           "total = total + rl.kl_coef * (weight * kl).sum()", "total = total - rl.kl_coef * (weight * kl).sum()",
+           TRAINER),
+    Mutant("trainer: reference log-probs at temperature 1", "src/agentrl/trainer.py",
+           "logp, _ = response_logprobs(self.reference, batch, temperature)",
+           "logp, _ = response_logprobs(self.reference, batch, 1.0)", TRAINER),
+    Mutant("trainer: mini-batch order not reseeded per step", "src/agentrl/trainer.py",
+           'order = random.Random(step_seed(cfg.seed, step, "shuffle"))', "order = random.Random()", TRAINER),
+    Mutant("trainer: critic regresses onto the advantages, not the returns", "src/agentrl/trainer.py",
+           "returns = [r for values in advantages.returns for r in values]",
+           "returns = [a for values in advantages.values for a in values]", TRAINER),
+    # --- rollout -----------------------------------------------------------------------------------
+    Mutant("rollout: GiGPO anchor taken from the rendered prompt", "src/agentrl/rollout/collect.py",
+           "anchor=e.observation.anchor", "anchor=text", ROLLOUT),
+    Mutant("rollout: correction hint never put into the prompts", "src/agentrl/rollout/collect.py",
+           'texts = [f"{hint}\\n{text}" for text in texts]', "texts = texts", ROLLOUT + GCD),
+    Mutant("rollout: finished episodes keep playing", "src/agentrl/rollout/collect.py",
+           "            else:\n                still.append(e)", "            still.append(e)", ROLLOUT),
+    Mutant("rollout: invalid steps not penalised", "src/agentrl/rollout/collect.py",
+           "penalty=0.0 if action is not None else prompt.invalid_penalty", "penalty=0.0", ROLLOUT),
+    # --- estimators --------------------------------------------------------------------------------
+    Mutant("gigpo: episode normalisation over all task groups", "src/agentrl/advantages/gigpo.py",
+           "episode_rewards = [t.episode_reward for t in group]",
+           "episode_rewards = [t.episode_reward for t in trajectories]", ESTIMATORS),
+    Mutant("gigpo: anchor groups span all task groups", "src/agentrl/advantages/gigpo.py",
+           "anchors = anchor_groups(group, returns)",
+           "anchors = anchor_groups(trajectories, {id(u): [r - s.penalty for r, s in zip(discounted_returns("
+           "[s.reward for s in u.steps], config.gamma), u.steps)] for u in trajectories})", ESTIMATORS),
+    Mutant("gigpo: step returns undiscounted", "src/agentrl/advantages/gigpo.py",
+           "[s.reward for s in t.steps],\n                                                                             config.gamma)",
+           "[s.reward for s in t.steps], 1.0)", ESTIMATORS),
+    Mutant("gagpo: no TD(lambda) recursion", "src/agentrl/advantages/gagpo.py",
+           "gae = delta + config.gamma * config.lam * gae", "gae = delta", ESTIMATORS),
+    Mutant("gagpo: V(terminal) is the last state's value", "src/agentrl/advantages/gagpo.py",
+           "v = [value_of[s.anchor] for s in t.steps] + [0.0]",
+           "v = [value_of[s.anchor] for s in t.steps] + [value_of[t.steps[-1].anchor]]", ESTIMATORS),
+    Mutant("gagpo: invalid penalty ignored", "src/agentrl/advantages/gagpo.py",
+           "raw[id(t)] = [a - s.penalty for a, s in zip(out, t.steps)]", "raw[id(t)] = out", ESTIMATORS),
+    Mutant("grpo: invalid penalty ignored", "src/agentrl/advantages/grpo.py",
+           "scores = {id(t): [t.episode_reward - s.penalty for s in t.steps] for t in group}",
+           "scores = {id(t): [t.episode_reward for s in t.steps] for t in group}", ESTIMATORS),
+    Mutant("grpo: population std instead of the sample std", "src/agentrl/advantages/grpo.py",
+           "statistics.stdev(pool) + config.eps", "statistics.pstdev(pool) + config.eps", ESTIMATORS),
+    Mutant("rloo: baseline includes the episode itself", "src/agentrl/advantages/rloo.py",
+           "t.episode_reward - (total - t.episode_reward) / (k - 1)", "t.episode_reward - total / k", ESTIMATORS),
+    Mutant("ppo: GAE lambda ignored", "src/agentrl/advantages/ppo.py",
+           "gae = delta + config.gamma * config.lam * gae", "gae = delta + config.gamma * gae", ESTIMATORS),
+    Mutant("rlvmr: explore rewarded for revisiting a state", "src/agentrl/advantages/rlvmr.py",
+           "new = traj.steps[t + 1].anchor not in seen", "new = traj.steps[t + 1].anchor in seen", ESTIMATORS),
+    # --- losses ------------------------------------------------------------------------------------
+    Mutant("ppo_clip: dual clip also caps positive advantages", "src/agentrl/losses/policy.py",
+           "dual = (advantages < 0) & (loss > cap)", "dual = loss > cap", LOSSES),
+    Mutant("seq_ratio: summed instead of mean token log-ratio", "src/agentrl/losses/policy.py",
+           "ratio = torch.exp(sums / counts)[segments]", "ratio = torch.exp(sums)[segments]", LOSSES),
+    Mutant("aggregation: seq-mean-token-mean without the sequence count", "src/agentrl/losses/policy.py",
+           "return [1.0 / (max(n, 1) * n_seqs) for n in lengths]", "return [1.0 / max(n, 1) for n in lengths]",
+           LOSSES),
+    Mutant("k3 KL estimator without the -1", "src/agentrl/losses/policy.py",
+           "torch.exp(log_ratio) - log_ratio - 1", "torch.exp(log_ratio) - log_ratio", LOSSES),
+    # --- sampler -----------------------------------------------------------------------------------
+    Mutant("hf sampler: log-probs without the temperature", "src/agentrl/sampler/hf.py",
+           "torch.log_softmax(step.float() / temperature, -1)", "torch.log_softmax(step.float(), -1)",
+           ["test_actor.py", "test_direction.py"]),
+    Mutant("hf sampler: end-of-turn token dropped from the response", "src/agentrl/sampler/hf.py",
+           "length = ids.index(self.eos_id) + 1 if", "length = ids.index(self.eos_id) if",
+           ["test_actor.py", "test_direction.py", "test_trainer.py"]),
+    # --- GCD ---------------------------------------------------------------------------------------
+    Mutant("gcd: an unparseable verdict rewarded as correct", "src/agentrl/losses/gcd.py",
+           "return float(verdict is not None and verdict == label)", "return float(verdict in (label, None))", GCD),
+    Mutant("gcd: an unparseable verdict rewarded as correct (inline)", "src/agentrl/losses/gcd.py",
+           "rewards = [float(v == x.label) for v in verdicts]",
+           "rewards = [float(v == x.label or v is None) for v in verdicts]", GCD),
+    Mutant("gcd: judgment advantages without the group baseline", "src/agentrl/losses/gcd.py",
+           "return [(r - mean) / (std + 1e-6) for r in rewards]", "return [r / (std + 1e-6) for r in rewards]",
+           GCD),
+    Mutant("gcd: judgment advantages without the group baseline (inline)", "src/agentrl/losses/gcd.py",
+           "advantage = (r - mean) / (std + 1e-6)", "advantage = r / (std + 1e-6)", GCD),
+    Mutant("gcd: a failed episode's last step labelled good", "src/agentrl/gcd/labels.py",
+           "if traj.success and traj.steps:", "if traj.steps:", GCD),
+    Mutant("gcd: the external judge's verdict inverted", "src/agentrl/gcd/labels.py",
+           "labelled[(t, i)] = LabeledStep(trajectories[t].steps[i], verdict, \"llm\",",
+           "labelled[(t, i)] = LabeledStep(trajectories[t].steps[i], not verdict, \"llm\",", GCD),
+    Mutant("gcd: correction refresh skipped", "src/agentrl/gcd/correction.py",
+           "if (step - 1) % self.config.every or step == 1:", "if True:", GCD),
+    # --- evaluation statistics and checkpoints -----------------------------------------------------
+    Mutant("eval: aborted episodes counted as failures", "src/agentrl/evaluate.py",
+           "trajectories = [t for t in trajectories if not t.aborted]", "trajectories = list(trajectories)", EVAL),
+    Mutant("eval: Wilson interval without the centre correction", "src/agentrl/evaluate.py",
+           "centre = (p + z * z / (2 * n)) / (1 + z * z / n)", "centre = p", EVAL),
+    Mutant("checkpoint: optimizer state not restored", "src/agentrl/actor/single.py",
+           'self.optimizer.load_state_dict(saved["optimizer"])', "pass", TRAINER),
+    Mutant("checkpoint: resumed run restarts its step count", "src/agentrl/trainer.py",
+           'self.step = state["step"]', "self.step = 0", TRAINER),
+]
+
+
+def run(mutant: Mutant, root: Path, timeout: int) -> tuple[str, float, str]:
+    path = root / mutant.path
+    original = path.read_text()
+    if mutant.old not in original:
+        return "n/a", 0.0, ""
+    tests = [str(root / "tests" / t) for t in dict.fromkeys(mutant.tests) if (root / "tests" / t).exists()]
+    path.write_text(original.replace(mutant.old, mutant.new, 1))
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                              cwd=root, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "PYTHONPATH": str(root / "src")})
+        failed = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+        status = "killed" if proc.returncode == 1 else "survived" if proc.returncode == 0 else f"error {proc.returncode}"
+        detail = failed[0] if failed else ""
+    except subprocess.TimeoutExpired:
+        status, detail = "killed (timeout)", ""
+    finally:
+        path.write_text(original)
+    return status, time.perf_counter() - start, detail
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--only", default="")
+    parser.add_argument("--timeout", type=int, default=1200)
+    args = parser.parse_args()
+    results = []
+    for mutant in MUTANTS:
+        if args.only not in mutant.name:
+            continue
+        status, seconds, detail = run(mutant, args.root.resolve(), args.timeout)
+        results.append(status)
+        print(f"{status:>10}  {seconds:6.0f} s  {mutant.name}  {detail}", flush=True)
+    applicable = [s for s in results if s != "n/a"]
+    killed = sum(s.startswith("killed") for s in applicable)
+    print(f"killed {killed} of {len(applicable)} applicable mutants ({len(results) - len(applicable)} n/a)")
+    return 0 if killed == len(applicable) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

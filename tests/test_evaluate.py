@@ -1,0 +1,33 @@
+"""Evaluation statistics by hand: the Wilson interval and the split summary."""
+
+import pytest
+
+from agentrl.evaluate import summarize, wilson_interval
+from agentrl.rollout.types import StepSample, Trajectory
+
+
+def test_wilson_interval_by_hand():
+    # 8 of 10, z 1.96: centre (0.8 + 0.19208) / 1.38416 = 0.71674,
+    # half 1.96 sqrt(0.016 + 0.009604) / 1.38416 = 0.22658.
+    assert wilson_interval(8, 10) == pytest.approx((0.49016, 0.94332), abs=1e-5)
+    low, high = wilson_interval(0, 20)  # no success: the interval still has width
+    assert low == 0.0 and high == pytest.approx(0.16113, abs=1e-5)
+    assert wilson_interval(0, 0) == (0.0, 0.0)
+
+
+def episode(task_type, actions, success=False, aborted=False):
+    steps = [StepSample([1], [2], [0.0], response="", action=a, observation="o", anchor="o") for a in actions]
+    return Trajectory("t", 0, task_type, steps, success=success, aborted=aborted)
+
+
+def test_summary_counts_aborted_episodes_apart():
+    trajectories = [episode("pick", ["go", "take"], success=True), episode("pick", ["go", "go", None]),
+                    episode("heat", [None], success=False), episode("heat", ["go"], success=True),
+                    episode("heat", ["go"], aborted=True)]
+    out = summarize(trajectories)
+    assert out["episodes"] == 4 and out["aborted"] == 1
+    assert out["success"] == 0.5 and out["ci95"] == list(wilson_interval(2, 4))
+    assert out["per_task_type"] == {"heat": 0.5, "pick": 0.5}
+    assert out["invalid_rate"] == pytest.approx(2 / 7)  # over the finished episodes' 7 steps
+    assert out["repeated_rate"] == pytest.approx(1 / 7)  # "go", "go"
+    assert out["mean_length"] == pytest.approx(7 / 4)
