@@ -10,7 +10,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: demo test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd clean
+.PHONY: demo test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -46,6 +46,11 @@ bench-sampler: $(VLLM_STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# Small semantic breakages of the code, one at a time, against the tests that should catch each
+# (about half an hour on 2 cores); prints the survivors and exits 1 if any survive.
+mutants: $(STAMP)
+	$(PY) tests/mutants.py
 
 # GRPO vs GiGPO vs GAGPO vs RLOO vs PPO from the demo's cold start, 3 seeds each, equal budget
 # (about an hour on 2 cores). Results: runs/compare-estimators/{summary.md,summary.json,curves.png}.

@@ -288,7 +288,7 @@ def test_kl_in_reward_adds_each_actions_kl_to_its_penalty(choice_model_dir, tmp_
 
     import twostep
 
-    config = twostep.config(tmp_path, kl_coef=0.5, kl_in_reward=True, kl_estimator="k3")
+    config = twostep.config(tmp_path, temperature=0.8, kl_coef=0.5, kl_in_reward=True, kl_estimator="k3")
     trainer = RLTrainer(config, str(choice_model_dir), tmp_path)
     try:
         torch.manual_seed(0)
@@ -346,10 +346,12 @@ def test_entropy_bonus_raises_the_entropy(choice_model_dir, tmp_path):
     assert after > before + 1e-3, (before, after)
 
 
-def test_steps_carry_the_environments_anchor_not_the_prompt(choice_model_dir, tmp_path):
-    """GiGPO / GAGPO group steps by the environment's anchor state; the rendered prompt holds
-    history, so two routes into one room would never share a prompt."""
+def test_steps_carry_the_environments_anchor_and_the_sampled_tokens(choice_model_dir, tmp_path):
+    """GiGPO / GAGPO group steps by the environment's anchor state (the rendered prompt holds
+    history, so two routes into one room would never share a prompt); the trained response is
+    the sampled token ids with their end-of-turn token, the prompt the encoded prompt text."""
     import twostep
+    from agentrl.rollout.collect import encode_prompt
 
     trainer = RLTrainer(twostep.config(tmp_path), str(choice_model_dir), tmp_path)
     try:
@@ -360,4 +362,32 @@ def test_steps_carry_the_environments_anchor_not_the_prompt(choice_model_dir, tm
     for s in steps:
         room = s.observation.removeprefix("You are in the ").removesuffix(".")
         assert s.anchor == f"room:{room}"
+        assert s.prompt_ids == encode_prompt(trainer.tokenizer, s.prompt)
+        assert len(s.logprobs) == len(s.response_ids)
+        assert trainer.tokenizer.decode(s.response_ids, skip_special_tokens=True) == s.response
     assert {s.anchor for s in steps} >= {"room:hall", "room:corridor", "room:cellar"}
+    # The fine-tuned model ends its answers: the end-of-turn token is part of what is trained.
+    assert sum(s.response_ids[-1] == trainer.tokenizer.eos_token_id for s in steps) >= len(steps) // 2
+
+
+def test_ppo_critic_regresses_onto_the_step_returns(choice_model_dir, tmp_path):
+    """The critic's targets are the GAE returns (A + V): after fitting one batch, its value of the
+    corridor (half the answers there succeed: return about 5) is far above the cellar's (0);
+    fitted to the whitened advantages instead, neither would leave [-2, 2]."""
+    import twostep
+    from agentrl.rollout.collect import encode_prompt
+
+    config = twostep.config(tmp_path, advantage={"type": "ppo", "critic_lr": 3e-3, "critic_epochs": 30,
+                                                 "value_clip": 100.0, "lam": 1.0, "gamma": 1.0})
+    trainer = RLTrainer(config, str(choice_model_dir), tmp_path)
+    try:
+        trajectories = trainer.rollout(1)
+        trainer.learn(trajectories, 1)
+        steps = {s.anchor: s for t in trajectories for s in t.steps}
+        corridor, cellar = trainer.critic.values([encode_prompt(trainer.tokenizer, steps[room].prompt)
+                                                  for room in ("room:corridor", "room:cellar")], 10**4)
+    finally:
+        trainer.close()
+    returns = [t.episode_reward for t in trajectories if t.steps[0].action == twostep.GOOD]
+    assert 0 < sum(returns) < 10 * len(returns)  # both outcomes from the corridor
+    assert corridor > 2.5 and abs(cellar) < 1.0, (corridor, cellar)
