@@ -25,7 +25,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 import torch  # noqa: E402
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
-from agentrl.config import SamplerConfig, SamplingConfig  # noqa: E402
+from agentrl.config import SamplingConfig, VLLMSamplerConfig  # noqa: E402
 from agentrl.sampler.hf import HFSampler  # noqa: E402
 from agentrl.sampler.vllm import VLLMSampler  # noqa: E402
 from results_csv import append_rows, commit  # noqa: E402
@@ -101,7 +101,7 @@ def main() -> None:
             # One engine at a time: a discarded engine tears down vLLM's process-wide state.
             sampler = None
             gc.collect()
-            sampler = VLLMSampler(str(folder), tok, SamplerConfig(), dtype, seed=0)
+            sampler = VLLMSampler(str(folder), tok, VLLMSamplerConfig(), dtype, seed=0)
             vllm_s, vllm_out = timed(lambda: sampler.generate(batch, params), args.repeats)
             sync_s, _ = timed(lambda: sampler.update_weights(model.named_parameters()), args.repeats)
         params_m = sum(p.numel() for p in model.parameters()) / 1e6

@@ -15,7 +15,7 @@ def test_unknown_key_names_the_field(tmp_path):
 
 
 def test_unknown_estimator_lists_valid_names(tmp_path):
-    with pytest.raises(ConfigError, match=r"rl\.advantage.*'grpo'"):
+    with pytest.raises(ConfigError, match=r"rl\.advantage: .*unknown advantage estimator 'nope'; registered: .*grpo"):
         load_config(write(tmp_path, "rl:\n  advantage:\n    type: nope\n"))
 
 
@@ -24,7 +24,7 @@ def test_wrong_type_and_range(tmp_path):
         load_config(write(tmp_path, "rl:\n  group_size: 0\n"))
     with pytest.raises(ConfigError, match=r"env\.difficulty"):
         load_config(write(tmp_path, "env:\n  type: household\n  difficulty: impossible\n"))
-    with pytest.raises(ConfigError, match=r"env: .*'household'"):
+    with pytest.raises(ConfigError, match=r"env: .*'webshop'; registered: .*household"):
         load_config(write(tmp_path, "env:\n  type: webshop\n"))
 
 
@@ -61,4 +61,15 @@ def test_sharded_actor_with_vllm_refuses_what_needs_a_full_policy_copy():
     with pytest.raises(ConfigError, match=r"rl\.nthr needs actor\.backend: single when sampler\.type is vllm"):
         validate_config({"rl": {**base["rl"], "nthr": {}}})
     with pytest.raises(ConfigError, match=r"rl\.sampler\.kv_cache_gib: Input should be greater than 0"):
-        validate_config({"rl": {"sampler": {"kv_cache_gib": 0}}})
+        validate_config({"rl": {"sampler": {"type": "vllm", "kv_cache_gib": 0}}})
+
+
+def test_an_option_of_another_variant_is_an_error():
+    with pytest.raises(ConfigError, match=r"rl\.sampler\.kv_cache_gib: Extra inputs are not permitted"):
+        validate_config({"rl": {"sampler": {"type": "hf", "kv_cache_gib": 1}}})
+    with pytest.raises(ConfigError, match=r"rl\.actor\.cpu_offload: Extra inputs are not permitted"):
+        validate_config({"rl": {"actor": {"backend": "single", "cpu_offload": True}}})
+    with pytest.raises(ConfigError, match=r"rl\.aux\.0: .*needs a `type`: one of chat_sft, gcd"):
+        validate_config({"rl": {"aux": [{"name": "x"}]}})
+    with pytest.raises(ConfigError, match=r"rl\.kl_estimator: .*'k9'; registered: k1, k2, k3"):
+        validate_config({"rl": {"kl_estimator": "k9"}})

@@ -9,7 +9,7 @@ pytest.importorskip("vllm")
 from agentrl.actor.batch import TrainSample, collate  # noqa: E402
 from agentrl.actor.single import SingleActor, response_logprobs  # noqa: E402
 from agentrl.checkpoint import list_checkpoints  # noqa: E402
-from agentrl.config import OptimConfig, SamplerConfig, SamplingConfig  # noqa: E402
+from agentrl.config import OptimConfig, SamplingConfig, VLLMSamplerConfig  # noqa: E402
 from agentrl.models import load_model, load_tokenizer  # noqa: E402
 from agentrl.sampler.vllm import VLLMSampler  # noqa: E402
 from agentrl.tracking import read_metrics  # noqa: E402
@@ -32,7 +32,7 @@ def actor_logprobs(model, sequences, n_prompt, temperature=1.0):
 def test_vllm_matches_the_actor_after_an_update_and_a_sync(tiny_model_dir):
     tokenizer, model = load_tokenizer(tiny_model_dir), load_model(tiny_model_dir)
     assert model.config.tie_word_embeddings  # the stale-lm_head pitfall is exercised
-    sampler = VLLMSampler(str(tiny_model_dir), tokenizer, SamplerConfig(), "float32", seed=0)
+    sampler = VLLMSampler(str(tiny_model_dir), tokenizer, VLLMSamplerConfig(), "float32", seed=0)
     prompts = [tokenizer(text).input_ids for text in
                ("Task: put a apple in shelf.\nObservation: You arrive at desk 1.", "Actions: go to desk 1, look")]
     fixed = [p + tokenizer(" go to shelf 1").input_ids for p in prompts]
@@ -89,7 +89,7 @@ def test_vllm_sampler_in_the_trainer_reproduces_and_resumes(tiny_model_dir, tmp_
 
     # A checkpoint's model/ folder is a plain HF folder that vLLM serves with the same numbers.
     folder = list_checkpoints(split)[-1] / "model"
-    sampler = VLLMSampler(str(folder), load_tokenizer(tiny_model_dir), SamplerConfig(), "float32", seed=0)
+    sampler = VLLMSampler(str(folder), load_tokenizer(tiny_model_dir), VLLMSamplerConfig(), "float32", seed=0)
     sequence = [5, 17, 33, 2, 9, 40, 41, 12]
     torch.testing.assert_close(torch.tensor(sampler.prompt_logprobs([sequence])[0]),
                                torch.tensor(actor_logprobs(load_model(str(folder)), [sequence], [1])[0]),

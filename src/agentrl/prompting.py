@@ -10,8 +10,10 @@ lower-cased with white space folded. RLVMR's meta-reasoning tags (`<planning>`, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from agentrl.envs.base import Observation
+if TYPE_CHECKING:
+    from agentrl.envs.base import Observation
 
 DEFAULT_TEMPLATE = (
     "You are an agent in a household. Your task is to: {task}\n"

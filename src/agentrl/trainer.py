@@ -26,16 +26,13 @@ from agentrl.critic import Critic
 from agentrl.envs.base import sample_tasks
 from agentrl.envs.pool import EnvPool
 from agentrl.evaluate import evaluate
-from agentrl.data import read_chat_dataset
 from agentrl.gcd.correction import PromptCorrection
-from agentrl.gcd.judge import ChatEndpoint, ExternalJudge
-from agentrl.losses.aux import ChatSFTLoss
 from agentrl.losses.gcd import ClassifierJudgeLoss, GCDLoss
-from agentrl.losses.policy import KL_ESTIMATORS, POLICY_LOSSES, aggregation_weights
+from agentrl.losses.policy import aggregation_weights
 from agentrl.models import add_lora, load_model, load_tokenizer
 from agentrl.progress import progress
+from agentrl.registry import ACTORS, AUX_LOSSES, KL_ESTIMATORS, POLICY_LOSSES, SAMPLERS
 from agentrl.rollout.collect import collect
-from agentrl.sampler.hf import HFSampler
 from agentrl.tracking import Tracker
 
 
@@ -87,20 +84,17 @@ class RLTrainer:
             raise ValueError(f"rl.tasks_per_step ({self.rl.tasks_per_step}) must be a multiple of the "
                              f"number of ranks ({self.world}): a task group never spans ranks")
         sharded = self.rl.actor.backend != "single"
-        if self.rl.sampler.type == "vllm":
-            from agentrl.sampler.vllm import VLLMSampler
-            self.sampler = VLLMSampler(model_path, self.tokenizer, self.rl.sampler, config.model.dtype, config.seed,
-                                       self.rl.actor.lora)
-        else:
-            # A sharded actor cannot generate: each rank's sampler holds a full copy of the weights.
-            self.sampler = HFSampler(self._load_policy(model_path) if sharded else self.model, self.tokenizer)
+        # A sharded actor cannot generate: each rank's sampler holds a full copy of the weights.
+        self.sampler = SAMPLERS.get(self.rl.sampler.type)(
+            self.rl.sampler, model_path, lambda: self._load_policy(model_path) if sharded else self.model,
+            self.tokenizer, config)
         # The full HF policy that NTHR, the coupling lab and the LoRA reference read.
         self.policy = self.model if not sharded else getattr(self.sampler, "model", None)
         # The KL reference: the frozen initial model, or with LoRA the same weights with the
         # adapters switched off (no second copy).
         self.use_reference = self.rl.kl_coef > 0
         self.reference = None
-        if self.use_reference and self.rl.actor.lora is None:
+        if self.use_reference and getattr(self.rl.actor, "lora", None) is None:
             self.reference = load_model(model_path, config.model.dtype).eval().requires_grad_(False)
         self.critic = None
         if self.rl.advantage.type == "ppo":
@@ -108,16 +102,15 @@ class RLTrainer:
                                  config.model.dtype, self.tokenizer.pad_token_id)
         self.pool = EnvPool(config.env, self.rl.workers, self.rl.env_step_timeout_s, self.rl.env_reset_timeout_s)
         self.aux_losses = list(aux_losses) if aux_losses is not None else [
-            build_aux_loss(aux, self.model, self.sampler, self.tokenizer, config.seed) for aux in self.rl.aux]
+            AUX_LOSSES.get(aux.type)(aux, self.model, self.sampler, self.tokenizer, config.seed) for aux in self.rl.aux]
         self.parts = {"critic": self.critic} if self.critic is not None else {}
         extra_parameters = []
         for aux in self.aux_losses:
             if isinstance(aux, ClassifierJudgeLoss):
                 self.parts[aux.name] = aux
                 extra_parameters += aux.head.parameters()
-        self.actor = build_actor(self.model, self.rl, extra_parameters)
-        if sharded or self.rl.sampler.type == "vllm":
-            self.sampler.update_weights(self.actor.weights())
+        self.actor = ACTORS.get(self.rl.actor.backend)(self.rl.actor, self.model, self.rl.optim, extra_parameters)
+        self.sampler.update_weights(self.actor.weights())  # a no-op for a sampler sharing the actor's module
         self.judge = next((a for a in self.aux_losses if isinstance(a, (GCDLoss, ClassifierJudgeLoss))), None)
         self.correction = None
         if isinstance(self.judge, GCDLoss) and self.judge.config.correction is not None:
@@ -130,9 +123,10 @@ class RLTrainer:
 
     def _load_policy(self, path: str):
         model = load_model(path, self.config.model.dtype)
-        if self.rl.actor.lora is not None:
+        lora = getattr(self.rl.actor, "lora", None)
+        if lora is not None:
             torch.manual_seed(self.config.seed)  # the adapters' initialisation
-            model = add_lora(model, self.rl.actor.lora)
+            model = add_lora(model, lora)
         return model
 
     # --- one training step -----------------------------------------------------------------------
@@ -177,7 +171,7 @@ class RLTrainer:
             self._add_reference_logprobs(samples)
             timing["ref"] = time.perf_counter() - start
             if rl.kl_in_reward:  # KL(sampler || ref) of each action becomes part of its step penalty
-                kl = KL_ESTIMATORS[rl.kl_estimator]
+                kl = KL_ESTIMATORS.get(rl.kl_estimator)
                 penalties = [rl.kl_coef * kl(torch.tensor(sample.values["old_logprobs"]),
                                              torch.tensor(sample.values["ref_logprobs"])).sum().item()
                              for sample in samples]
@@ -271,7 +265,7 @@ class RLTrainer:
 
     def _policy_loss(self):
         rl, temperature = self.rl, self.config.sampling.temperature or 1.0
-        loss_impl = POLICY_LOSSES[rl.loss.type]
+        loss_impl = POLICY_LOSSES.get(rl.loss.type)
 
         def loss_fn(batch):
             logp, entropy = self.actor.token_logprobs(batch, temperature, entropy=True)
@@ -285,7 +279,7 @@ class RLTrainer:
                        "ppo_kl": (v["old_logprobs"] - logp).sum().detach(),
                        **{k: c.detach() for k, c in counts.items()}}
             if self.use_reference and not rl.kl_in_reward:
-                kl = KL_ESTIMATORS[rl.kl_estimator](logp, v["ref_logprobs"])
+                kl = KL_ESTIMATORS.get(rl.kl_estimator)(logp, v["ref_logprobs"])
                 total = total + rl.kl_coef * (weight * kl).sum()
                 metrics["kl"] = kl.sum().detach()
             if rl.entropy_coef:
@@ -376,23 +370,6 @@ class RLTrainer:
         return results
 
 
-def build_actor(model, rl, extra_parameters):
-    backend = rl.actor
-    if backend.backend != "single" and extra_parameters:
-        raise ValueError("extra trained parameters need actor.backend: single")
-    if backend.backend == "fsdp2":
-        from agentrl.actor.fsdp import FSDPActor
-        return FSDPActor(model, rl.optim, backend.mixed_precision, backend.cpu_offload,
-                         backend.activation_checkpointing)
-    if backend.backend in ("zero2", "zero3"):
-        from agentrl.actor.deepspeed import DeepSpeedActor
-        return DeepSpeedActor(model, rl.optim, int(backend.backend[-1]), backend.mixed_precision,
-                              backend.cpu_offload, backend.activation_checkpointing)
-    if rl.actor.activation_checkpointing:
-        model.gradient_checkpointing_enable()
-    return SingleActor(model, rl.optim, extra_parameters)
-
-
 def mini_batch_split(samples: list, size: int, n_chunks: int, world: int) -> list[list]:
     """This rank's part of each of the step's `n_chunks` mini-batches: slices of `size` in one
     process; with several ranks, each rank's samples in `n_chunks` near-equal contiguous parts."""
@@ -400,18 +377,3 @@ def mini_batch_split(samples: list, size: int, n_chunks: int, world: int) -> lis
         return [samples[i:i + size] for i in range(0, len(samples), size)]
     bounds = [round(i * len(samples) / n_chunks) for i in range(n_chunks + 1)]
     return [samples[a:b] for a, b in zip(bounds, bounds[1:])]
-
-
-def build_aux_loss(aux_config, model, sampler, tokenizer, seed: int):
-    if aux_config.type == "chat_sft":
-        return ChatSFTLoss(aux_config.name, read_chat_dataset(aux_config.data), tokenizer,
-                           aux_config.batch_size, aux_config.weight, seed)
-    if aux_config.type == "gcd":
-        ext = aux_config.external
-        endpoint = ext and ChatEndpoint(ext.base_url, ext.model, ext.api_key_env, ext.timeout_s)
-        external = ext and ExternalJudge(endpoint, ext.asks, ext.agree, ext.temperature, ext.max_tokens)
-        if aux_config.judge == "classifier":
-            return ClassifierJudgeLoss(aux_config, model, tokenizer, seed, external)
-        return GCDLoss(aux_config, sampler, tokenizer, seed, external, endpoint)
-    raise ValueError(f"unknown auxiliary loss {aux_config.type!r}")
-

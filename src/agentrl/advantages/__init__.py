@@ -1,15 +1,16 @@
 """Advantage estimators, registered by name: trajectories of task groups -> one advantage per step.
 
-Each estimator is a function `(trajectories, config) -> Advantages`, one file each. The trainer
-calls it with the non-aborted trajectories; group membership comes from `Trajectory.group_id`.
+Each estimator is a function `(trajectories, config) -> Advantages`, one file each, registered
+with its config class: `@register("grpo", GRPOConfig)` (the same as
+`agentrl.registry.ADVANTAGES.register`). The trainer calls it with the non-aborted trajectories;
+group membership comes from `Trajectory.group_id`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
-ESTIMATORS: dict[str, Callable] = {}
+from agentrl.registry import ADVANTAGES
 
 
 @dataclass
@@ -21,15 +22,11 @@ class Advantages:
     """returns[i][t]: the critic's regression target for that step (estimators with a critic)."""
 
 
-def register(name: str):
-    def wrap(fn):
-        ESTIMATORS[name] = fn
-        return fn
-    return wrap
+register = ADVANTAGES.register
 
 
 def compute_advantages(trajectories, config) -> Advantages:
-    return ESTIMATORS[config.type](trajectories, config)
+    return ADVANTAGES.get(config.type)(trajectories, config)
 
 
 from agentrl.advantages import gagpo, gigpo, grpo, ppo, rloo, rlvmr  # noqa: E402,F401  (they register)

@@ -13,10 +13,11 @@ import statistics
 
 from agentrl.advantages import Advantages, register
 from agentrl.advantages.common import anchor_groups, anchor_size_metrics, discounted_returns, normalize
+from agentrl.config import GAGPOConfig
 from agentrl.rollout.types import group_by_id
 
 
-@register("gagpo")
+@register("gagpo", GAGPOConfig)
 def gagpo(trajectories, config) -> Advantages:
     values: dict[int, list[float]] = {}
     sizes: list[int] = []

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from agentrl.advantages import Advantages, register
 from agentrl.advantages.common import anchor_groups, anchor_size_metrics, discounted_returns, normalize
+from agentrl.config import GiGPOConfig
 from agentrl.rollout.types import group_by_id
 
 
-@register("gigpo")
+@register("gigpo", GiGPOConfig)
 def gigpo(trajectories, config) -> Advantages:
     values: dict[int, list[float]] = {}
     sizes: list[int] = []

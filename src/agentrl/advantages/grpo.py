@@ -11,10 +11,11 @@ from __future__ import annotations
 import statistics
 
 from agentrl.advantages import Advantages, register
+from agentrl.config import GRPOConfig
 from agentrl.rollout.types import group_by_id
 
 
-@register("grpo")
+@register("grpo", GRPOConfig)
 def grpo(trajectories, config) -> Advantages:
     values: dict[int, list[float]] = {}
     for group in group_by_id(trajectories).values():

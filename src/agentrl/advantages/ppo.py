@@ -13,9 +13,10 @@ from __future__ import annotations
 import statistics
 
 from agentrl.advantages import Advantages, register
+from agentrl.config import PPOConfig
 
 
-@register("ppo")
+@register("ppo", PPOConfig)
 def ppo(trajectories, config) -> Advantages:
     raw, returns = [], []
     for t in trajectories:

@@ -6,10 +6,11 @@ Every step gets its episode's advantage, minus the step's invalid-action penalty
 from __future__ import annotations
 
 from agentrl.advantages import Advantages, register
+from agentrl.config import RLOOConfig
 from agentrl.rollout.types import group_by_id
 
 
-@register("rloo")
+@register("rloo", RLOOConfig)
 def rloo(trajectories, config) -> Advantages:
     values: dict[int, list[float]] = {}
     for group in group_by_id(trajectories).values():

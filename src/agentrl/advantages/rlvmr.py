@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from agentrl.advantages import Advantages, register
+from agentrl.config import RLVMRConfig
 from agentrl.advantages.common import normalize
 from agentrl.advantages.grpo import grpo
 from agentrl.prompting import META_TAGS, reasoning_tag
@@ -45,7 +46,7 @@ def meta_rewards(traj, config) -> list[tuple[str | None, float]]:
     return out
 
 
-@register("rlvmr")
+@register("rlvmr", RLVMRConfig)
 def rlvmr(trajectories, config) -> Advantages:
     base = grpo(trajectories, config).values
     index = {id(t): i for i, t in enumerate(trajectories)}

@@ -1,25 +1,23 @@
-"""Environments registered by name with an entry-point string, built from their config."""
+"""Environments, registered by name with their config class (`agentrl.registry.ENVIRONMENTS`).
+
+The built-ins are registered by an entry-point string, so an engine's packages are imported only
+when a recipe uses it.
+"""
 
 from __future__ import annotations
 
-import importlib
-
+from agentrl.config import AlfWorldEnvConfig, HouseholdEnvConfig, ScienceWorldEnvConfig
 from agentrl.envs.base import Environment, Observation, StepResult
+from agentrl.registry import ENVIRONMENTS
 
-ENVIRONMENTS = {
-    "household": "agentrl.envs.household:HouseholdEnv",
-    "alfworld": "agentrl.envs.alfworld:AlfWorldEnv",
-    "scienceworld": "agentrl.envs.scienceworld:ScienceWorldEnv",
-}
+ENVIRONMENTS.register("household", HouseholdEnvConfig, "agentrl.envs.household:HouseholdEnv")
+ENVIRONMENTS.register("alfworld", AlfWorldEnvConfig, "agentrl.envs.alfworld:AlfWorldEnv")
+ENVIRONMENTS.register("scienceworld", ScienceWorldEnvConfig, "agentrl.envs.scienceworld:ScienceWorldEnv")
 
 
 def make_env(config) -> Environment:
     """Build the environment a config section names (its `type`), passing the other fields."""
-    if config.type not in ENVIRONMENTS:
-        raise ValueError(f"unknown environment {config.type!r}; registered: {sorted(ENVIRONMENTS)}")
-    module, _, name = ENVIRONMENTS[config.type].partition(":")
-    cls = getattr(importlib.import_module(module), name)
-    return cls(**config.model_dump(exclude={"type"}))
+    return ENVIRONMENTS.get(config.type)(**config.model_dump(exclude={"type"}))
 
 
 __all__ = ["ENVIRONMENTS", "Environment", "Observation", "StepResult", "make_env"]

@@ -4,6 +4,8 @@ optimiser step (the GCD judge is one; SFT on a chat dataset, e.g. judgment data,
 An `AuxLoss` turns the step's rollouts into its own training samples and metrics (`prepare`),
 and scores per-token log-probs of those samples (`token_loss`). The trainer normalises each
 component by its own token count, adds `weight * loss`, and logs the metrics as aux/<name>/...
+Auxiliary losses are registered by name with their config class (`agentrl.registry.AUX_LOSSES`);
+a builder is `(config, model, sampler, tokenizer, seed) -> AuxLoss`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Protocol
 import torch
 
 from agentrl.actor.batch import TrainSample
+from agentrl.config import ChatSFTAuxConfig
+from agentrl.registry import AUX_LOSSES
 
 
 @dataclass
@@ -51,3 +55,9 @@ class ChatSFTLoss:
 
     def token_loss(self, logp, tokens):
         return -tokens["weight"] * logp
+
+
+@AUX_LOSSES.register("chat_sft", ChatSFTAuxConfig)
+def chat_sft(config, model, sampler, tokenizer, seed):
+    from agentrl.data import read_chat_dataset
+    return ChatSFTLoss(config.name, read_chat_dataset(config.data), tokenizer, config.batch_size, config.weight, seed)

@@ -17,10 +17,12 @@ from safetensors.torch import load_file, save_file
 
 from agentrl.actor.batch import TrainSample, collate
 from agentrl.actor.single import trained_hidden
-from agentrl.gcd.judge import critique, judge_prompt, parse_verdict
+from agentrl.config import GCDAuxConfig
+from agentrl.gcd.judge import ChatEndpoint, ExternalJudge, critique, judge_prompt, parse_verdict
 from agentrl.gcd.labels import balanced_selection, label_counts, label_steps
 from agentrl.losses.aux import AuxBatch
 from agentrl.losses.policy import ppo_clip
+from agentrl.registry import AUX_LOSSES
 from agentrl.rollout.collect import encode_prompt
 
 
@@ -159,3 +161,13 @@ class ClassifierJudgeLoss:
 
     def load(self, path) -> None:
         self.head.load_state_dict(load_file(path / "head.safetensors"))
+
+
+@AUX_LOSSES.register("gcd", GCDAuxConfig)
+def gcd(config, model, sampler, tokenizer, seed):
+    ext = config.external
+    endpoint = ext and ChatEndpoint(ext.base_url, ext.model, ext.api_key_env, ext.timeout_s)
+    external = ext and ExternalJudge(endpoint, ext.asks, ext.agree, ext.temperature, ext.max_tokens)
+    if config.judge == "classifier":
+        return ClassifierJudgeLoss(config, model, tokenizer, seed, external)
+    return GCDLoss(config, sampler, tokenizer, seed, external, endpoint)

@@ -1,26 +1,20 @@
-"""Policy losses, registered by name: per-token log-probs -> per-token loss + clip counts.
+"""Policy losses and KL estimators, registered by name (`agentrl.registry.POLICY_LOSSES`,
+`KL_ESTIMATORS`): per-token log-probs -> per-token loss + clip counts.
 
-A loss returns *unreduced* per-token values; `aggregate` divides by the global token count, so
-the update does not depend on how a batch is split into micro-batches or ranks.
+A loss `(logp, old_logp, advantages, segments, config) -> (loss, counts)` returns *unreduced*
+per-token values (all (N,) over response tokens; `segments` numbers each token's action); the
+trainer weighs them by `aggregation_weights`, computed from the global token count, so the
+update does not depend on how a batch is split into micro-batches or ranks.
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 
+from agentrl.config import PPOClipConfig, SeqRatioConfig
 from agentrl.kernels import use_triton
 from agentrl.kernels.seq_ratio import seq_ratio_triton
-
-POLICY_LOSSES: dict[str, Callable] = {}
-
-
-def register(name: str):
-    def wrap(fn):
-        POLICY_LOSSES[name] = fn
-        return fn
-    return wrap
+from agentrl.registry import KL_ESTIMATORS, POLICY_LOSSES
 
 
 def _clipped_objective(ratio, advantages, config):
@@ -36,14 +30,14 @@ def _clipped_objective(ratio, advantages, config):
     return loss, counts
 
 
-@register("ppo_clip")
+@POLICY_LOSSES.register("ppo_clip", PPOClipConfig)
 def ppo_clip(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, segments: torch.Tensor,
              config) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Token-level PPO-clip with optional dual clip. All inputs (N,) over response tokens."""
     return _clipped_objective(torch.exp(logp - old_logp), advantages, config)
 
 
-@register("seq_ratio")
+@POLICY_LOSSES.register("seq_ratio", SeqRatioConfig)
 def seq_ratio(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, segments: torch.Tensor,
               config) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Sequence-level ratio (GAGPO / GSPO): s = exp(mean over the action's tokens of the log-ratio),
@@ -66,12 +60,10 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.clamp(torch.exp(log_ratio) - log_ratio - 1, -10, 10)
 
 
-KL_ESTIMATORS: dict[str, Callable] = {
-    "k1": lambda logp, ref_logp: logp - ref_logp,
-    "k2": lambda logp, ref_logp: 0.5 * (logp - ref_logp) ** 2,
-    "k3": kl_k3,
-}
-"""Per-token estimators of KL(pi || ref) from samples of pi (Schulman, "Approximating KL")."""
+# Per-token estimators of KL(pi || ref) from samples of pi (Schulman, "Approximating KL").
+KL_ESTIMATORS.register("k1", target=lambda logp, ref_logp: logp - ref_logp)
+KL_ESTIMATORS.register("k2", target=lambda logp, ref_logp: 0.5 * (logp - ref_logp) ** 2)
+KL_ESTIMATORS.register("k3", target=kl_k3)
 
 
 def aggregation_weights(lengths: list[int], mode: str, totals: tuple[float, float] | None = None) -> list[float]:
