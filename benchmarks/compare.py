@@ -5,7 +5,9 @@
         --variant grpo: --variant gcd:rl.aux=[{type: gcd}]
 
 A variant is `name:override;override;...` (overrides as for `agentrl --set`; empty for the recipe
-as is). Each (variant, seed) trains in <out>/<name>/seed<k>; finished runs are not redone. The
+as is). `--import my_plugin.py` (repeatable) loads your own estimators, losses or environments
+first, so a variant can name them. Each (variant, seed) trains in <out>/<name>/seed<k>; a finished
+run is reused only when its settings and starting model are unchanged (else it is redone). The
 summary pools the seeds' evaluation episodes per split (success with a 95% Wilson interval, plus
 the per-seed spread) and, where the runs logged it, judge accuracy; written to <out>/summary.json
 and <out>/summary.md, with learning curves in <out>/curves.png when matplotlib is installed.
@@ -18,32 +20,38 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
+import sys
 from pathlib import Path
 
 from agentrl.analysis.behaviour import load_trajectories
 from agentrl.analysis.coupling import coupling_metrics
 from agentrl.checkpoint import latest_checkpoint
-from agentrl.config import load_config, save_config
+from agentrl.config import ConfigError, load_config, save_config
 from agentrl.evaluate import wilson_interval
 from agentrl.models import load_model, load_tokenizer
+from agentrl.pipeline import rl_settings, train_rl
+from agentrl.provenance import Phases, config_settings, folder_fingerprint
 from agentrl.tracking import read_metrics
-from agentrl.trainer import RLTrainer
 
 
-def train_once(recipe: str, model: str, overrides: list[str], seed: int, run_dir: Path) -> dict:
+def train_once(recipe: str, model: str, overrides: list[str], imports: list[str], seed: int, run_dir: Path) -> dict:
+    config = load_config(recipe, [*overrides, f"seed={seed}", f"run_dir={run_dir}"], imports)
+    settings = {**rl_settings(config), **config_settings(config, "rl.steps", "eval"), "model.path": model,
+                "model.fingerprint": folder_fingerprint(model)}
     done = run_dir / "results.json"
-    if done.exists():
+    phases = Phases(run_dir, say=lambda line: print(f"{run_dir}: {line}"))
+    if phases.reusable("run", settings, done.exists()):
         return json.loads(done.read_text())
-    config = load_config(recipe, [*overrides, f"seed={seed}", f"run_dir={run_dir}"])
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, run_dir / "config.yaml")
-    trainer = RLTrainer(config, model, run_dir)
-    try:
-        results = trainer.run(resume=True)
-    finally:
-        trainer.close()
+    if phases.done.get("started") != settings:  # a stopped run resumes only with the same settings
+        for path in (run_dir / "checkpoints", run_dir / "logs", run_dir / "eval"):
+            shutil.rmtree(path, ignore_errors=True)
+        phases.complete("started", settings)
+    results = train_rl(config, model, run_dir, resume=True)
     done.write_text(json.dumps(results, indent=2))
+    save_config(config, run_dir / "config.yaml")
+    phases.complete("run", settings)
     return results
 
 
@@ -120,6 +128,8 @@ def main() -> None:
     parser.add_argument("--variant", action="append", required=True, help="name:override;override")
     parser.add_argument("--set", action="append", default=[], dest="common",
                         help="an override for every variant (key=value, repeatable)")
+    parser.add_argument("--import", action="append", default=[], dest="imports", metavar="MODULE_OR_FILE.py",
+                        help="a plugin to import first (your estimators, losses, environments; repeatable)")
     parser.add_argument("--coupling", help="trajectories_<split>.jsonl to run the coupling lab on")
     parser.add_argument("--coupling-pairs", type=int, default=16)
     args = parser.parse_args()
@@ -130,7 +140,8 @@ def main() -> None:
         name, _, overrides = spec.partition(":")
         overrides = [*args.common, *(o for o in overrides.split(";") if o.strip())]
         runs[name] = [out / name / f"seed{seed}" for seed in args.seeds]
-        per_seed = [train_once(args.recipe, args.model, overrides, seed, d) for seed, d in zip(args.seeds, runs[name])]
+        per_seed = [train_once(args.recipe, args.model, overrides, args.imports, seed, d)
+                    for seed, d in zip(args.seeds, runs[name])]
         summary[name] = pooled(per_seed)
         print(name, json.dumps({s: round(r["success"], 3) for s, r in summary[name].items()}))
     text = markdown(summary)
@@ -149,4 +160,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        sys.exit(2)

@@ -14,6 +14,8 @@ def _recipe_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("recipe", help="YAML recipe (see recipes/)")
     parser.add_argument("--set", "-s", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config field, e.g. --set rl.steps=5 (repeatable)")
+    parser.add_argument("--import", action="append", default=[], dest="imports", metavar="MODULE_OR_FILE.py",
+                        help="import a plugin (your environments, estimators, losses) first (repeatable)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="the recipe's pipeline: [init] -> eval -> SFT -> eval -> RL -> eval")
     _recipe_args(p)
-    p.add_argument("--restart", action="store_true", help="ignore an existing RL checkpoint in run_dir")
+    p.add_argument("--restart", action="store_true", help="redo every phase (removes the run's earlier outputs)")
 
     model = sub.add_parser("model", help="create models without downloads").add_subparsers(dest="model_command",
                                                                                          required=True)
@@ -53,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     _recipe_args(p)
     p.add_argument("--model", help="default: the recipe's model.path")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in run_dir/rl")
+    p.add_argument("--overwrite", action="store_true", help="start over in a run_dir/rl that holds checkpoints")
 
     p = sub.add_parser("eval", help="evaluate a checkpoint on L0/L1/L2")
     _recipe_args(p)
@@ -112,35 +115,30 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "analyze":
             return _analyze(args)
-        config = load_config(args.recipe, args.set)
+        config = load_config(args.recipe, args.set, args.imports)
+        return _dispatch(args, config)
     except ConfigError as err:
         print(err, file=sys.stderr)
         return 2
-    return _dispatch(args, config)
 
 
 def _dispatch(args, config) -> int:
-    from agentrl.envs import make_env
+    from agentrl import pipeline
 
     if args.command == "run":
-        from agentrl.pipeline import run_pipeline
-        run_pipeline(config, resume=not args.restart)
+        pipeline.run_pipeline(config, restart=args.restart)
     elif args.command == "model":
-        from agentrl.models import init_tiny_model
         from agentrl.config import TinyModelConfig
         out = args.out or config.model.path
-        print(init_tiny_model(out, config.init or TinyModelConfig(), make_env(config.env), config.prompt, config.seed))
+        if out is None:
+            raise ConfigError(f"{args.recipe}: model init needs --out or model.path")
+        print(pipeline.make_tiny_model(config.model_copy(update={"init": config.init or TinyModelConfig()}), out))
     elif args.command == "data":
-        from agentrl.data import collect_expert_data
         episodes = args.episodes or (config.sft.episodes if config.sft else 100)
-        from agentrl.data import collect_judgment_data
-        env = make_env(config.env)
-        stats = collect_expert_data(env, config.prompt, episodes, args.out, config.seed, args.split)
         judgments = args.judgments if args.judgments is not None else (config.sft.judgments if config.sft else 0)
-        if judgments:
-            stats.update(collect_judgment_data(env, config.prompt, judgments, args.out, config.seed))
-        print(json.dumps(stats))
+        print(json.dumps(pipeline.expert_data(config, args.out, episodes, judgments, args.split)))
     elif args.command == "prepare":
+        from agentrl.envs import make_env
         env = make_env(config.env)
         try:
             counts = {split: len(env.split_tasks(split)) for split in ("train", "l0", "l1", "l2")}
@@ -153,39 +151,56 @@ def _dispatch(args, config) -> int:
         print(json.dumps({"env": config.env.type, "tasks": counts}))
     elif args.command == "sft":
         from agentrl.config import SFTConfig
-        from agentrl.models import load_model, load_tokenizer
-        from agentrl.sft import train_sft
-        from agentrl.tracking import Tracker
-        path = args.model or config.model.path
-        tracker = Tracker(Path(args.out) / "logs")
-        try:
-            train_sft(load_model(path, config.model.dtype), load_tokenizer(path), args.data,
-                      config.sft or SFTConfig(), config.seed, Path(args.out), tracker)
-        finally:
-            tracker.close()
+        config = config if config.sft else config.model_copy(update={"sft": SFTConfig()})
+        print(pipeline.sft(config, _model(args, config), args.data, args.out))
     elif args.command == "train":
-        from agentrl import distributed
-        from agentrl.config import save_config
-        from agentrl.trainer import RLTrainer
-        if config.rl is None:
-            print(f"{args.recipe}: the recipe has no rl section", file=sys.stderr)
-            return 2
-        distributed.init_from_env()  # under torchrun / accelerate launch: one rank per process
-        run_dir = Path(config.run_dir) / "rl"
-        if distributed.is_main():
-            run_dir.mkdir(parents=True, exist_ok=True)
-            save_config(config, run_dir / "config.yaml")
-        distributed.barrier()
-        trainer = RLTrainer(config, args.model or config.model.path, run_dir)
-        try:
-            results = trainer.run(resume=args.resume)
-            if distributed.is_main():
-                print(json.dumps(results, indent=2))
-        finally:
-            trainer.close()
+        return _train(args, config)
     elif args.command == "eval":
-        from agentrl.pipeline import evaluate_checkpoint
-        results = evaluate_checkpoint(config, args.checkpoint, Path(args.out))
+        results = pipeline.evaluate_checkpoint(config, args.checkpoint, Path(args.out))
+        print(json.dumps(results, indent=2))
+    return 0
+
+
+def _model(args, config) -> str:
+    path = args.model or config.model.path
+    if path is None:
+        raise ConfigError(f"{args.recipe}: give --model or the recipe's model.path")
+    return path
+
+
+def _train(args, config) -> int:
+    import shutil
+
+    import yaml
+
+    from agentrl import distributed
+    from agentrl.checkpoint import latest_checkpoint
+    from agentrl.config import save_config, validate_config
+    from agentrl.pipeline import rl_settings, train_rl
+    from agentrl.provenance import changes
+
+    if config.rl is None:
+        raise ConfigError(f"{args.recipe}: the recipe has no rl section")
+    run_dir = Path(config.run_dir) / "rl"
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is not None and not (args.resume or args.overwrite):
+        raise ConfigError(f"{run_dir} holds checkpoints (last: {ckpt.name}): add --resume to continue that run "
+                          f"or --overwrite to start over")
+    if ckpt is not None and args.resume and (run_dir / "config.yaml").exists():
+        saved = validate_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
+        diff = changes(rl_settings(saved), rl_settings(config))
+        if diff:
+            raise ConfigError(f"{run_dir} was trained with other settings ({'; '.join(diff)}): "
+                              f"resuming would mix them; --overwrite starts over")
+    distributed.init_from_env()  # under torchrun / accelerate launch: one rank per process
+    if distributed.is_main():
+        if args.overwrite:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(config, run_dir / "config.yaml")
+    distributed.barrier()
+    results = train_rl(config, _model(args, config), run_dir, resume=args.resume)
+    if distributed.is_main():
         print(json.dumps(results, indent=2))
     return 0
 

@@ -83,8 +83,9 @@ class ScienceWorldEnvConfig(Section):
 
 # --- model, prompt, sampling -------------------------------------------------------------------
 class ModelConfig(Section):
-    path: str = "runs/demo/model-init"
-    """A Hugging Face causal LM: a local folder or a hub id."""
+    path: str | None = None
+    """A Hugging Face causal LM: a local folder or a hub id. None with an `init` section: the
+    tiny model is created at <run_dir>/model-init."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Parameter dtype of the actor (float32 on CPU)."""
 
@@ -536,6 +537,12 @@ class Config(Section):
     sft: SFTConfig | None = None
     rl: RLConfig | None = None
     eval: EvalConfig = Field(default_factory=EvalConfig)
+
+    @model_validator(mode="after")
+    def _init_model_follows_run_dir(self):
+        if self.model.path is None and self.init is not None:
+            self.model.path = str(Path(self.run_dir) / "model-init")
+        return self
 
 
 class ConfigError(ValueError):

@@ -1,29 +1,104 @@
-"""The standard pipeline of one recipe: [init a tiny model] -> eval -> SFT -> eval -> RL -> eval.
+"""The standard pipeline of one recipe: [init a tiny model] -> eval -> [expert data -> SFT -> eval]
+-> [RL -> eval], and the phase functions the CLI's single commands call.
 
-Each phase writes into the run directory and is skipped when its output is already there, so a
-pipeline stopped at any point continues where it stopped (RL resumes from its last checkpoint).
+Provenance (`agentrl.provenance`): each phase records the settings it depended on in
+`<run_dir>/phases.json`; a rerun reuses a phase only when they are unchanged, and otherwise redoes
+it and every phase after it, saying why in one line per phase. RL records its settings when it
+starts, so a stopped run with the same settings resumes from its last checkpoint; `rl.steps`,
+`eval_every`, `save_every`, `keep_last`, worker counts and time limits are not among them
+(raising `rl.steps` continues the run). The resolved `config.yaml` is written when the pipeline
+completes, so it never claims values a phase did not use.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import torch
 from rich.console import Console
 from rich.table import Table
 
-from agentrl.config import Config, save_config
+from agentrl.checkpoint import latest_checkpoint
+from agentrl.config import Config, ConfigError, save_config
 from agentrl.data import collect_expert_data, collect_judgment_data
+from agentrl.envs import make_env
 from agentrl.envs.pool import EnvPool
 from agentrl.evaluate import evaluate
 from agentrl.models import init_tiny_model, load_model, load_tokenizer
+from agentrl.provenance import Phases, config_settings, folder_fingerprint
 from agentrl.sampler.hf import HFSampler
 from agentrl.sft import train_sft
 from agentrl.tracking import Tracker
 from agentrl.trainer import RLTrainer
 
 console = Console()
+
+RL_CONTINUABLE = ("rl.steps", "rl.eval_every", "rl.save_every", "rl.keep_last", "rl.workers",
+                  "rl.env_step_timeout_s", "rl.env_reset_timeout_s")
+"""RL settings that do not change what the steps already taken did."""
+
+
+def _replace(tmp: Path, final: Path) -> None:
+    """Move a finished output into place (folders: the old one is removed first)."""
+    if final.is_dir():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+
+
+# --- phases (the CLI's single commands call these too) -------------------------------------------
+def make_tiny_model(config: Config, out: str | Path) -> Path:
+    out = Path(out)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    env = make_env(config.env)
+    try:
+        init_tiny_model(tmp, config.init, env, config.prompt, config.seed)
+    finally:
+        env.close()
+    _replace(tmp, out)
+    return out
+
+
+def expert_data(config: Config, out: str | Path, episodes: int, judgments: int = 0, split: str = "train") -> dict:
+    """Expert episodes (and GCD judgment examples) of the recipe's environment as a JSONL chat dataset."""
+    out = Path(out)
+    tmp = out.with_name(out.name + ".tmp")
+    env = make_env(config.env)
+    try:
+        stats = collect_expert_data(env, config.prompt, episodes, tmp, config.seed, split)
+        if judgments:
+            stats.update(collect_judgment_data(env, config.prompt, judgments, tmp, config.seed))
+    finally:
+        env.close()
+    os.replace(tmp, out)
+    return stats
+
+
+def sft(config: Config, model_path: str, data: str | Path, out: str | Path, log_dir: str | Path | None = None) -> Path:
+    """SFT of `model_path` on `data` into the HF folder `out` (logs: `log_dir`, default out/logs)."""
+    out = Path(out)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    log_dir = tmp / "logs" if log_dir is None else Path(log_dir)
+    shutil.rmtree(log_dir, ignore_errors=True)
+    tracker = Tracker(log_dir)
+    try:
+        train_sft(load_model(model_path, config.model.dtype), load_tokenizer(model_path), data,
+                  config.sft, config.seed, tmp, tracker)
+    finally:
+        tracker.close()
+    _replace(tmp, out)
+    return out
+
+
+def train_rl(config: Config, model_path: str, run_dir: Path, resume: bool) -> dict:
+    """RL to `rl.steps` in `run_dir` (resuming from its last checkpoint when asked); the final
+    evaluation."""
+    with RLTrainer(config, model_path, run_dir) as trainer:
+        return trainer.run(resume=resume)
 
 
 def evaluate_checkpoint(config: Config, model_path: str, out_dir: Path, workers: int = 0) -> dict:
@@ -34,78 +109,102 @@ def evaluate_checkpoint(config: Config, model_path: str, out_dir: Path, workers:
                         config.seed, out_dir)
 
 
-def _cached_eval(config: Config, model_path: str, out_dir: Path) -> dict:
-    done = out_dir / "results.json"
-    if done.exists():
-        return json.loads(done.read_text())
-    return evaluate_checkpoint(config, model_path, out_dir, config.rl.workers if config.rl else 0)
+def rl_settings(config: Config) -> dict:
+    """What an RL run's steps depend on (its starting model aside)."""
+    return config_settings(config, "seed", "model.dtype", "env", "prompt", "sampling", "rl", exclude=RL_CONTINUABLE)
 
 
-def run_pipeline(config: Config, resume: bool = True) -> dict:
+# --- the pipeline ---------------------------------------------------------------------------------
+def run_pipeline(config: Config, restart: bool = False) -> dict:
     run_dir = Path(config.run_dir)
+    if config.model.path is None:
+        raise ConfigError("model.path: the pipeline needs a model (a local folder or hub id) or an `init` section")
+    if restart:
+        for path in [run_dir / "phases.json", run_dir / "sft", run_dir / "rl", run_dir / "eval",
+                     *([Path(config.model.path)] if config.init is not None else [])]:
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
     run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, run_dir / "config.yaml")
+    phases = Phases(run_dir, say=lambda line: console.print(f"[bold]phase[/] {line}"))
     torch.manual_seed(config.seed)
+
     model_path = config.model.path
+    if config.init is not None:
+        settings = {**config_settings(config, "seed", "init", "env", "prompt"), "model.path": model_path}
+        if not phases.reusable("init", settings, (Path(model_path) / "config.json").exists()):
+            make_tiny_model(config, model_path)
+            phases.complete("init", settings)
+    upstream = {"model.path": model_path, "model.fingerprint": folder_fingerprint(model_path),
+                "model.dtype": config.model.dtype}
 
-    if config.init is not None and not (Path(model_path) / "config.json").exists():
-        from agentrl.envs import make_env
-        console.print(f"[bold]init[/] tiny model -> {model_path}")
-        env = make_env(config.env)
-        try:
-            init_tiny_model(model_path, config.init, env, config.prompt, config.seed)
-        finally:
-            env.close()
-
-    phases = {"initial": _cached_eval(config, model_path, run_dir / "eval" / "initial")}
-    _print_phase("initial", phases["initial"])
+    results = {"initial": _eval_phase(config, phases, "initial", model_path, upstream)}
 
     if config.sft is not None:
         sft_dir = run_dir / "sft"
-        sft_model = sft_dir / "model"
-        if not (sft_model / "config.json").exists():
-            data = config.sft.data
-            if data is None:
-                from agentrl.envs import make_env
-                data = sft_dir / "data.jsonl"
-                env = make_env(config.env)
-                try:
-                    stats = collect_expert_data(env, config.prompt, config.sft.episodes, data, config.seed)
-                    if config.sft.judgments:
-                        stats.update(collect_judgment_data(env, config.prompt, config.sft.judgments, data,
-                                                           config.seed))
-                finally:
-                    env.close()
+        if config.sft.data is not None:
+            data = Path(config.sft.data)
+            data_settings = {"sft.data": str(data), "sft.data.fingerprint": _file_fingerprint(data)}
+        else:
+            data = sft_dir / "data.jsonl"
+            data_settings = config_settings(config, "seed", "env", "prompt", "sft.episodes", "sft.judgments")
+            if not phases.reusable("expert data", data_settings, data.exists()):
+                data.parent.mkdir(parents=True, exist_ok=True)
+                stats = expert_data(config, data, config.sft.episodes, config.sft.judgments)
                 console.print(f"[bold]expert data[/] {stats} -> {data}")
-            tracker = Tracker(sft_dir / "logs")
-            try:
-                train_sft(load_model(model_path, config.model.dtype), load_tokenizer(model_path), data,
-                          config.sft, config.seed, sft_model, tracker)
-            finally:
-                tracker.close()
-        model_path = str(sft_model)
-        phases["sft"] = _cached_eval(config, model_path, run_dir / "eval" / "sft")
-        _print_phase("sft", phases["sft"])
+                phases.complete("expert data", data_settings)
+        settings = {**upstream, **data_settings, **config_settings(config, "seed", "sft")}
+        model_path = str(sft_dir / "model")
+        if not phases.reusable("sft", settings, (sft_dir / "model" / "config.json").exists()):
+            sft(config, upstream["model.path"], data, sft_dir / "model", sft_dir / "logs")
+            phases.complete("sft", settings)
+        upstream = {**settings, "sft.fingerprint": folder_fingerprint(model_path)}
+        results["sft"] = _eval_phase(config, phases, "sft", model_path, upstream)
 
     if config.rl is not None and config.rl.steps > 0:
+        rl_dir = run_dir / "rl"
+        settings = {**upstream, **rl_settings(config)}
+        if phases.done.get("rl") != settings:
+            if not phases.reusable("rl", settings, False) and rl_dir.exists():
+                shutil.rmtree(rl_dir)  # its steps were taken with other settings
+            phases.complete("rl", settings)  # before training: a stopped run resumes only with these
+        eval_settings = {**settings, "rl.steps": config.rl.steps, **config_settings(config, "eval")}
         done = run_dir / "eval" / "rl" / "results.json"
-        if done.exists():
-            phases["rl"] = json.loads(done.read_text())
+        if phases.reusable("eval rl", eval_settings, done.exists()):
+            results["rl"] = json.loads(done.read_text())
         else:
-            trainer = RLTrainer(config, model_path, run_dir / "rl")
-            try:
-                phases["rl"] = trainer.run(resume=resume)
-            finally:
-                trainer.close()
+            ckpt = latest_checkpoint(rl_dir)
+            if ckpt is not None:
+                console.print(f"[bold]rl[/] continuing from {ckpt.name} to step {config.rl.steps}")
+            results["rl"] = train_rl(config, model_path, rl_dir, resume=True)
             done.parent.mkdir(parents=True, exist_ok=True)
-            done.write_text(json.dumps(phases["rl"], indent=2))
-        _print_phase("rl", phases["rl"])
+            done.write_text(json.dumps(results["rl"], indent=2))
+            phases.complete("eval rl", eval_settings)
+        _print_phase("rl", results["rl"])
 
     summary = {"run_dir": str(run_dir), "splits": config.eval.splits, "episodes": config.eval.episodes,
-               "phases": phases}
+               "phases": results}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    save_config(config, run_dir / "config.yaml")
     print_summary(summary)
     return summary
+
+
+def _eval_phase(config: Config, phases: Phases, name: str, model_path: str, upstream: dict) -> dict:
+    out_dir = Path(config.run_dir) / "eval" / name
+    settings = {**upstream, **config_settings(config, "seed", "env", "prompt", "eval")}
+    if phases.reusable(f"eval {name}", settings, (out_dir / "results.json").exists()):
+        results = json.loads((out_dir / "results.json").read_text())
+    else:
+        results = evaluate_checkpoint(config, model_path, out_dir, config.rl.workers if config.rl else 0)
+        phases.complete(f"eval {name}", settings)
+    _print_phase(name, results)
+    return results
+
+
+def _file_fingerprint(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    stat = path.stat()
+    return f"{stat.st_size}:{stat.st_mtime_ns}"
 
 
 def _print_phase(name: str, results: dict) -> None:

@@ -121,6 +121,12 @@ class RLTrainer:
     def close(self) -> None:
         self.pool.close()
 
+    def __enter__(self) -> RLTrainer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def _load_policy(self, path: str):
         model = load_model(path, self.config.model.dtype)
         lora = getattr(self.rl.actor, "lora", None)
@@ -324,8 +330,15 @@ class RLTrainer:
                 by_id[id(s)].values["ref_logprobs"] = logp[offset:offset + s.n_targets].tolist()
                 offset += s.n_targets
 
+    def evaluate(self) -> dict:
+        """The policy now, on the evaluation splits (written to eval/step_N)."""
+        cfg = self.config
+        return evaluate(self.pool, self.sampler, self.tokenizer, cfg.eval, cfg.prompt, cfg.seed,
+                        self.run_dir / "eval" / f"step_{self.step:06d}", judge=self.judge)
+
     # --- the loop ----------------------------------------------------------------------------------
     def run(self, resume: bool = False) -> dict:
+        """Train to `rl.steps` (from the last checkpoint when resuming); the final evaluation."""
         rl, cfg = self.rl, self.config
         if resume:
             ckpt = latest_checkpoint(self.run_dir)
@@ -350,8 +363,7 @@ class RLTrainer:
                     metrics = self.train_step()
                     last = self.step == rl.steps
                     if main and ((rl.eval_every and self.step % rl.eval_every == 0) or last):
-                        results = evaluate(self.pool, self.sampler, self.tokenizer, cfg.eval, cfg.prompt, cfg.seed,
-                                           self.run_dir / "eval" / f"step_{self.step:06d}", judge=self.judge)
+                        results = self.evaluate()
                         for split, r in results.items():
                             metrics[f"eval/{split}/success"] = r["success"]
                             if "judge_accuracy" in r:
@@ -364,6 +376,8 @@ class RLTrainer:
                                         rl.keep_last, self.parts)
                     bar.update(task, completed=self.step, description=(
                         f"RL success {metrics['rollout/success']:.2f} len {metrics['rollout/length']:.1f}"))
+            if main and not results:  # resumed at the last step: the final evaluation again
+                results = self.evaluate()
         finally:
             if tracker is not None:
                 tracker.close()

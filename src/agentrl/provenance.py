@@ -1,0 +1,90 @@
+"""Run provenance: every pipeline phase records the settings it depended on, and a rerun reuses a
+phase's output only when they are the same.
+
+A phase's settings are flat `dotted.key -> value` pairs taken from the config, plus those of the
+phases it builds on, so a change anywhere upstream reaches every phase after it, and the line
+that says why a phase is redone can name the fields that changed. They are kept in
+`<run_dir>/phases.json`, written (atomically) after each phase completes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from agentrl.config import Config
+
+
+def flatten(data, prefix: str = "") -> dict[str, object]:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists stay values."""
+    if not isinstance(data, dict):
+        return {prefix: data}
+    out: dict[str, object] = {}
+    for key, value in data.items():
+        out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def config_settings(config: Config, *paths: str, exclude: tuple[str, ...] = ()) -> dict[str, object]:
+    """The config's values under `paths` (top-level or dotted sections), flattened."""
+    dumped = flatten(config.model_dump(mode="json"))
+    return {k: v for k, v in dumped.items()
+            if any(k == p or k.startswith(p + ".") for p in paths) and not any(
+                k == e or k.startswith(e + ".") for e in exclude)}
+
+
+def folder_fingerprint(path: str | Path) -> str | None:
+    """A short hash of a local folder's file names, sizes and modification times (None for a
+    hub id or a missing path): a model replaced in place is a different model."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        stat = file.stat()
+        digest.update(f"{file.relative_to(path)}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def changes(old: dict, new: dict) -> list[str]:
+    """'key: old -> new' for every setting that differs (added or removed keys included)."""
+    keys = sorted(set(old) | set(new))
+    return [f"{k}: {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}" for k in keys if old.get(k) != new.get(k)]
+
+
+class Phases:
+    """What `<run_dir>/phases.json` says each completed phase was made with."""
+
+    def __init__(self, run_dir: Path, say=print):
+        self.path = Path(run_dir) / "phases.json"
+        self.done: dict[str, dict] = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self.say = say
+
+    def reusable(self, name: str, settings: dict, output_exists: bool) -> bool:
+        """True when `name` completed with exactly `settings` and its output is there; otherwise
+        says in one line why it runs."""
+        previous = self.done.get(name)
+        if previous == settings and output_exists:
+            self.say(f"{name}: done earlier with the same settings, reused")
+            return True
+        if previous is None or not output_exists:
+            self.say(f"{name}: running")
+        else:
+            diff = changes(previous, settings)
+            shown = "; ".join(diff[:4]) + (f"; and {len(diff) - 4} more" if len(diff) > 4 else "")
+            self.say(f"{name}: settings changed ({shown}), redoing")
+        self.done.pop(name, None)
+        self._write()
+        return False
+
+    def complete(self, name: str, settings: dict) -> None:
+        self.done[name] = settings
+        self._write()
+
+    def _write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.done, indent=1, sort_keys=True))
+        os.replace(tmp, self.path)

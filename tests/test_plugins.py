@@ -1,0 +1,112 @@
+"""The README's worked example, run exactly as written: a user's environment and estimator in a
+file outside the package, through `agentrl run --import`, the saved config, a changed setting,
+and `benchmarks/compare.py`. Plus the registries' own rules."""
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from agentrl.cli import main
+from agentrl.config import ConfigError, load_config
+from agentrl.registry import ADVANTAGES, PluginError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_block(language: str, start: str) -> str:
+    """The README's code block in `language` whose first line starts with `start`."""
+    text = (ROOT / "README.md").read_text()
+    match = re.search(rf"```{language}\n({re.escape(start)}.*?)```", text, re.DOTALL)
+    assert match, f"README has no {language} block starting with {start!r}"
+    return match.group(1)
+
+
+def readme_commands() -> list[list[str]]:
+    """The commands of the example's shell block (continuation lines joined, comments dropped)."""
+    block = readme_block("bash", "agentrl run my_recipe.yaml --import my_plugin.py").replace("\\\n", " ")
+    return [shlex.split(line.split("  #")[0]) for line in block.splitlines() if line.strip()]
+
+
+def test_the_readme_plugin_example_end_to_end(tmp_path, monkeypatch, capsys):
+    user = tmp_path / "user"  # outside the package
+    user.mkdir()
+    (user / "my_plugin.py").write_text(readme_block("python", "# my_plugin.py"))
+    (user / "my_recipe.yaml").write_text(readme_block("yaml", "# my_recipe.yaml"))
+    monkeypatch.chdir(user)
+    first, saved, changed, compare = readme_commands()
+    run = user / "runs" / "guess"
+
+    assert main(first[1:]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert list(summary["phases"]) == ["initial", "sft", "rl"]
+    config = load_config(run / "config.yaml")
+    assert config.imports == [str(user / "my_plugin.py")] and config.rl.advantage.type == "loo_median"
+    assert config.model.path == "runs/guess/model-init"  # the tiny model follows run_dir
+    rows = [json.loads(line) for line in (run / "rl" / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    capsys.readouterr()
+
+    sft_stamp = (run / "sft" / "model" / "model.safetensors").stat().st_mtime_ns
+    assert main(saved[1:]) == 0  # the saved config.yaml: nothing redone
+    out = capsys.readouterr().out
+    for phase in ("init", "eval initial", "expert data", "sft", "eval sft", "eval rl"):
+        assert f"{phase}: done earlier with the same settings, reused" in out, out
+    assert (run / "sft" / "model" / "model.safetensors").stat().st_mtime_ns == sft_stamp
+
+    assert main(changed[1:]) == 0  # one SFT setting changed: SFT and everything after it redone
+    out = capsys.readouterr().out
+    for phase in ("init", "eval initial", "expert data"):
+        assert f"{phase}: done earlier with the same settings, reused" in out, out
+    assert "sft: settings changed (sft.epochs: 2 -> 3), redoing" in out, out
+    for phase in ("eval sft", "rl", "eval rl"):
+        assert re.search(rf"{phase}: settings changed \(.*sft", out), out
+    assert (run / "sft" / "model" / "model.safetensors").stat().st_mtime_ns != sft_stamp
+    assert load_config(run / "config.yaml").sft.epochs == 3
+
+    assert compare[:2] == ["python", "benchmarks/compare.py"]
+    done = subprocess.run([sys.executable, str(ROOT / compare[1]), *compare[2:]], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    methods = json.loads((user / "runs" / "guess-compare" / "summary.json").read_text())
+    assert list(methods) == ["grpo", "loo_median"] and all(len(m["l0"]["per_seed"]) == 2 for m in methods.values())
+    variant = load_config(user / "runs" / "guess-compare" / "loo_median" / "seed1" / "config.yaml")
+    assert variant.rl.advantage.type == "loo_median"
+
+
+def test_plugin_errors_are_one_line_user_errors(tmp_path, capsys):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("rl:\n  advantage: {type: loo_mean}\n")
+    assert main(["run", str(recipe), "--import", str(tmp_path / "missing.py")]) == 2
+    assert "plugin file" in capsys.readouterr().err
+    broken = tmp_path / "broken_plugin.py"
+    broken.write_text("raise RuntimeError('oops')\n")
+    assert main(["run", str(recipe), "--import", str(broken)]) == 2
+    assert "broken_plugin.py: RuntimeError: oops" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"rl\.advantage: .*'loo_mean'; registered: .*grpo.*rloo"):
+        load_config(recipe)
+
+
+def test_registering_a_name_twice_or_without_its_type_field_is_an_error():
+    from typing import Literal
+
+    from agentrl.config import Section
+
+    with pytest.raises(PluginError, match="'grpo' is registered twice"):
+        ADVANTAGES.register("grpo", target=lambda trajectories, config: None)
+
+    class Untyped(BaseModel):
+        x: int = 1
+
+    with pytest.raises(PluginError, match=r"needs the field `type: Literal\['mine'\] = 'mine'`"):
+        ADVANTAGES.register("mine", Untyped)
+
+    class Mine(Section):
+        type: Literal["mine_ok"] = "mine_ok"
+
+    ADVANTAGES.register("mine_ok", Mine, target=lambda trajectories, config: None)
+    assert "mine_ok" in ADVANTAGES.names()
