@@ -73,3 +73,37 @@ def test_an_option_of_another_variant_is_an_error():
         validate_config({"rl": {"aux": [{"name": "x"}]}})
     with pytest.raises(ConfigError, match=r"rl\.kl_estimator: .*'k9'; registered: k1, k2, k3"):
         validate_config({"rl": {"kl_estimator": "k9"}})
+
+
+def config_classes():
+    """Every config class a recipe can reach: Config's fields, nested, and every registry entry's."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from agentrl import registry
+
+    found, todo = [], [validate_config({}).__class__]
+    for axis in (registry.ENVIRONMENTS, registry.ADVANTAGES, registry.POLICY_LOSSES, registry.AUX_LOSSES,
+                 registry.SAMPLERS, registry.ACTORS):
+        todo += [axis.entry(name).config for name in axis.names() if axis.entry(name).config is not None]
+    while todo:
+        cls = todo.pop()
+        if cls in found or not cls.__module__.startswith("agentrl"):
+            continue
+        found.append(cls)
+        for field in cls.model_fields.values():
+            stack = [field.annotation]
+            while stack:
+                t = stack.pop()
+                stack += typing.get_args(t)
+                if isinstance(t, type) and issubclass(t, BaseModel):
+                    todo.append(t)
+    return found
+
+
+def test_every_config_field_is_documented():
+    classes = config_classes()
+    assert len(classes) > 25
+    undocumented = [f"{c.__name__}.{name}" for c in classes for name, f in c.model_fields.items() if not f.description]
+    assert undocumented == []

@@ -27,6 +27,7 @@ class Section(BaseModel):
 # --- environments ----------------------------------------------------------------------------
 class HouseholdEnvConfig(Section):
     type: Literal["household"] = "household"
+    """Environment name in the registry."""
     difficulty: Literal["easy", "medium", "hard"] = "easy"
     """Room size, closed containers and distractors; sets the default step limit."""
     seen_layouts: int = Field(40, ge=1)
@@ -50,6 +51,7 @@ class AlfWorldEnvConfig(Section):
     valid_seen, L1 = valid_unseen, L2 = cool and pick-two games of valid_unseen."""
 
     type: Literal["alfworld"] = "alfworld"
+    """Environment name in the registry."""
     data: str | None = None
     """Game data: a folder holding json_2.1.1/ (alfworld-download layout) or the slim archive
     (unpacked once into $AGENTRL_CACHE, default ~/.cache/agentrl); None reads $ALFWORLD_DATA."""
@@ -66,12 +68,14 @@ class ScienceWorldEnvConfig(Section):
     """ScienceWorld (`pip install agentrl[scienceworld]`, needs Java 11+), RLVMR splits."""
 
     type: Literal["scienceworld"] = "scienceworld"
+    """Environment name in the registry."""
     splits_dir: str | None = None
     """Folder holding L0_idx.json, L1_idx.json, L2_idx.json ({"train": [[task, variation], ...],
     "test": [...]}); the L0/L1/L2 evaluation splits are their "test" lists."""
     train_split: Literal["l0", "l1", "l2"] = "l0"
     """Whose "train" list is the train split (L0 and L1 share one; L2 holds out 10 task types)."""
     max_steps: int = Field(30, ge=1)
+    """Step limit per episode."""
     simplification: str = "easy"
     """ScienceWorld simplification string (comma-separated; "" for none)."""
     jvm_heap: str = "512m"
@@ -97,9 +101,13 @@ class TinyModelConfig(Section):
     vocab_size: int = Field(1024, ge=300)
     """Target BPE vocabulary size (special tokens included)."""
     hidden_size: int = Field(128, ge=64, multiple_of=64)
+    """Hidden size (a multiple of 64: heads of dimension 64)."""
     layers: int = Field(4, ge=1)
+    """Decoder layers."""
     intermediate_size: int = Field(512, ge=1)
+    """MLP width."""
     kv_heads: int = Field(1, ge=1)
+    """Key/value heads (grouped-query attention; at most hidden_size / 64)."""
     corpus_episodes: int = Field(300, ge=10)
     """Expert episodes whose prompts and responses train the tokenizer."""
 
@@ -133,25 +141,31 @@ class SamplingConfig(Section):
     temperature: float = Field(1.0, ge=0)
     """0 means greedy."""
     top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling mass (1: off)."""
     max_new_tokens: int = Field(48, ge=1)
+    """Longest response per step (the end-of-turn token included)."""
 
 
 # --- algorithm -------------------------------------------------------------------------------
 class GRPOConfig(Section):
     type: Literal["grpo"] = "grpo"
+    """Estimator name in the registry."""
     level: Literal["step", "trajectory"] = "step"
     """step: mean/std over all step samples of the group (verl-agent); trajectory: over episodes."""
     normalize_std: bool = True
     """Divide by the group std (False gives Dr.GRPO-style mean-centring only)."""
     eps: float = 1e-6
+    """Added to the std before dividing."""
 
 
 class RLOOConfig(Section):
     type: Literal["rloo"] = "rloo"
+    """Estimator name in the registry."""
 
 
 class GiGPOConfig(Section):
     type: Literal["gigpo"] = "gigpo"
+    """Estimator name in the registry."""
     gamma: float = Field(0.95, ge=0, le=1)
     """Discount of the step returns."""
     step_weight: float = 1.0
@@ -159,48 +173,67 @@ class GiGPOConfig(Section):
     step_std: bool = True
     """Anchor-group normalisation: mean-std (True) or mean-only (False)."""
     episode_std: bool = True
+    """Episode-level normalisation: mean-std (True) or mean-only (False)."""
     eps: float = 1e-6
+    """Added to the std before dividing."""
 
 
 class GAGPOConfig(Section):
     type: Literal["gagpo"] = "gagpo"
+    """Estimator name in the registry."""
     gamma: float = Field(0.95, ge=0, le=1)
+    """Discount of rewards over steps (the paper: 0.95; 1.0 degrades)."""
     lam: float = Field(0.8, ge=0, le=1)
     """GAE lambda (the paper's best: 0.8)."""
     normalize_std: bool = True
+    """Divide by the rollout group's std after centring."""
     eps: float = 1e-6
+    """Added to the std before dividing."""
 
 
 class RLVMRConfig(Section):
     """GRPO plus rule-checked rewards for RLVMR's meta-reasoning tags (see advantages/rlvmr.py)."""
 
     type: Literal["rlvmr"] = "rlvmr"
+    """Estimator name in the registry."""
     level: Literal["step", "trajectory"] = "step"
     """The GRPO part, as for `grpo`."""
     normalize_std: bool = True
+    """The GRPO part divides by the group std."""
     eps: float = 1e-6
+    """Added to the std before dividing."""
     meta_weight: float = 1.0
     """Weight of the tag-normalised meta advantage added to the GRPO advantage."""
     planning_reward: float = 1.0
+    """Meta reward of a <planning> step in a successful episode."""
     explore_reward: float = 1.0
+    """Meta reward of an <explore> step that reaches a state new to the episode."""
     reflection_reward: float = 1.0
+    """Meta reward of a <reflection> step that changes course after an ineffective one."""
 
 
 class PPOConfig(Section):
     """PPO with a learned critic (a separate value model, GAE over environment steps)."""
 
     type: Literal["ppo"] = "ppo"
+    """Estimator name in the registry."""
     gamma: float = Field(0.95, ge=0, le=1)
+    """Discount of rewards over steps."""
     lam: float = Field(0.95, ge=0, le=1)
+    """GAE lambda."""
     normalize: bool = True
     """Whiten the advantages over the batch."""
     eps: float = 1e-6
+    """Added to the std when whitening."""
     critic_path: str | None = None
     """The critic's starting model (a causal LM folder; its body is kept, a zero value head is
     added). None: the actor's starting checkpoint."""
     critic_lr: float = Field(1e-5, gt=0)
+    """Learning rate of the critic."""
     critic_weight_decay: float = 0.01
+    """AdamW weight decay of the critic."""
     critic_grad_clip: float = Field(1.0, gt=0)
+    """Gradient norm clip of the critic."""
     critic_epochs: int = Field(1, ge=1)
     """Passes of value regression over each rollout batch."""
     value_clip: float = Field(0.2, gt=0)
@@ -210,6 +243,7 @@ class PPOConfig(Section):
 
 class _ClipConfig(Section):
     clip_low: float = Field(0.2, ge=0)
+    """Lower clip range: the ratio is kept above 1 - clip_low."""
     clip_high: float = Field(0.2, ge=0)
     """Upper clip range (0.28 for clip-higher)."""
     dual_clip: float | None = Field(3.0, gt=1)
@@ -220,12 +254,14 @@ class PPOClipConfig(_ClipConfig):
     """Token-level PPO-clip."""
 
     type: Literal["ppo_clip"] = "ppo_clip"
+    """Policy loss name in the registry."""
 
 
 class SeqRatioConfig(_ClipConfig):
     """GAGPO / GSPO: one clipped ratio per action (mean token log-ratio, exponentiated)."""
 
     type: Literal["seq_ratio"] = "seq_ratio"
+    """Policy loss name in the registry."""
 
 
 
@@ -235,7 +271,9 @@ class NTHRConfig(Section):
     (exact definition: agentrl/advantages/nthr.py)."""
 
     tau: float = 1.0
+    """Coupling threshold, relative to the positive tokens' own mean coupling."""
     eta: float = Field(0.5, ge=0, le=1)
+    """Multiplier of the advantage of negative tokens above the threshold."""
 
 
 class LoRAConfig(Section):
@@ -243,9 +281,13 @@ class LoRAConfig(Section):
     model with the adapters switched off (no second copy of the weights)."""
 
     r: int = Field(16, ge=1)
+    """Adapter rank."""
     alpha: float = Field(32.0, gt=0)
+    """Scale: the update is alpha / r x B A."""
     dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout on the adapters' input."""
     target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    """Linear layers that get adapters."""
 
 
 class _ActorConfig(Section):
@@ -321,16 +363,22 @@ class VLLMSamplerConfig(Section):
 
 class OptimConfig(Section):
     lr: float = Field(1e-6, gt=0)
+    """Learning rate (constant after warmup)."""
     weight_decay: float = 0.01
+    """AdamW weight decay."""
     betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
     grad_clip: float = Field(1.0, gt=0)
+    """Gradient norm clip (the norm before clipping is logged)."""
     warmup_steps: int = Field(0, ge=0)
+    """Optimiser steps of linear learning-rate warmup."""
 
 
 class ChatSFTAuxConfig(Section):
     """Auxiliary NLL on a JSONL chat dataset (e.g. judgment data), added to every RL update."""
 
     type: Literal["chat_sft"] = "chat_sft"
+    """Auxiliary loss name in the registry."""
     name: str = "sft"
     """Metric namespace: aux/<name>/loss."""
     data: str
@@ -338,6 +386,7 @@ class ChatSFTAuxConfig(Section):
     batch_size: int = Field(16, ge=1)
     """Examples drawn per training step."""
     weight: float = Field(0.1, ge=0)
+    """Weight of this loss next to the policy loss."""
 
 
 class JudgeEndpointConfig(Section):
@@ -346,6 +395,7 @@ class JudgeEndpointConfig(Section):
     base_url: str
     """e.g. https://api.openai.com/v1 or http://127.0.0.1:8000/v1 (POST {base_url}/chat/completions)."""
     model: str
+    """Model name sent with each request."""
     api_key_env: str | None = "JUDGE_API_KEY"
     """Name of the environment variable holding the API key (the key itself is never in a config)."""
     asks: int = Field(5, ge=1)
@@ -355,8 +405,11 @@ class JudgeEndpointConfig(Section):
     pairs_per_step: int = Field(30, ge=0)
     """Unlabelled steps sent to the judge per training step."""
     temperature: float = Field(1.0, ge=0)
+    """Sampling temperature of the judge's answers."""
     max_tokens: int = Field(256, ge=1)
+    """Longest answer requested."""
     timeout_s: float = Field(60.0, gt=0)
+    """Seconds before a request counts as failed."""
 
     @model_validator(mode="after")
     def _agreement_possible(self):
@@ -376,14 +429,18 @@ class CorrectionConfig(Section):
     critiques: int = Field(20, ge=1)
     """Most recent critiques given to the summariser."""
     max_new_tokens: int = Field(96, ge=1)
+    """Longest summary."""
 
 
 class GCDAuxConfig(Section):
     """GCD: the actor judges its own actions; GRPO on the judgments (REFERENCE section 4)."""
 
     type: Literal["gcd"] = "gcd"
+    """Auxiliary loss name in the registry."""
     name: str = "gcd"
+    """Metric namespace: aux/<name>/..."""
     weight: float = Field(1.0, ge=0)
+    """Weight of the judge loss next to the policy loss."""
     judge: Literal["generative", "classifier"] = "generative"
     """generative: the actor writes judgments (GRPO on verdicts); classifier: the ablation with a
     linear value head on the actor's hidden state (binary cross-entropy; group_size, sampling
@@ -395,9 +452,13 @@ class GCDAuxConfig(Section):
     group_size: int = Field(8, ge=2)
     """Judgments sampled per pair (the GRPO group)."""
     sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(temperature=1.0, max_new_tokens=48))
+    """Sampling of the judgments."""
     clip: PPOClipConfig = Field(default_factory=PPOClipConfig)
+    """PPO clipping of the judgment loss."""
     external: JudgeEndpointConfig | None = None
+    """An external LLM judge for labels (label source `llm`) and correction summaries."""
     correction: CorrectionConfig | None = None
+    """Prompt-based correction (None: off)."""
     max_critiques: int = Field(200, ge=1)
     """Critiques kept for prompt correction."""
     eval_pairs: int = Field(60, ge=0)
@@ -419,6 +480,7 @@ class RLConfig(Section):
     steps: int = Field(100, ge=0)
     """Training steps (one rollout batch and one update each)."""
     tasks_per_step: int = Field(16, ge=1)
+    """Task groups per training step (a multiple of the number of ranks)."""
     group_size: int = Field(8, ge=1)
     """Rollouts per task; all play the same task instance."""
     mini_batch_size: int = Field(256, ge=1)
@@ -426,6 +488,7 @@ class RLConfig(Section):
     micro_batch_tokens: int = Field(16384, ge=1)
     """Token budget of one forward/backward (does not change the update)."""
     epochs: int = Field(1, ge=1)
+    """Passes over each rollout batch."""
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
     """How per-token losses become one number, always normalised by the global (mini-batch)
     token or sequence count: token-mean (verl-agent default), the mean over step samples of each
@@ -439,11 +502,13 @@ class RLConfig(Section):
     """Apply the KL as a reward penalty (kl_coef x the action's summed token KL, subtracted from
     its step reward before the advantages) instead of as a loss term."""
     entropy_coef: float = Field(0.0, ge=0)
+    """Weight of the entropy bonus (subtracted from the loss)."""
     advantage: Annotated[Section, ADVANTAGES.field("grpo")] = Field(default_factory=GRPOConfig)
     """The advantage estimator, by `type` (grpo, rloo, gigpo, gagpo, rlvmr, ppo, or a plugin's)."""
     loss: Annotated[Section, POLICY_LOSSES.field("ppo_clip")] = Field(default_factory=PPOClipConfig)
     """The policy loss, by `type` (ppo_clip, seq_ratio, or a plugin's)."""
     optim: OptimConfig = Field(default_factory=OptimConfig)
+    """Optimiser of the actor."""
     actor: Annotated[Section, ACTORS.field("single")] = Field(default_factory=SingleActorConfig)
     """The actor backend, by `backend` (single, fsdp2, zero2, zero3)."""
     sampler: Annotated[Section, SAMPLERS.field("hf")] = Field(default_factory=HFSamplerConfig)
@@ -472,6 +537,7 @@ class RLConfig(Section):
     env_step_timeout_s: float = Field(60.0, gt=0)
     """A worker that takes longer for one step is killed and replaced (its episodes aborted)."""
     env_reset_timeout_s: float = Field(300.0, gt=0)
+    """A worker that takes longer for one reset is killed and replaced."""
 
     @field_validator("kl_estimator")
     @classmethod
@@ -505,26 +571,34 @@ class SFTConfig(Section):
     judgments: int = Field(0, ge=0)
     """Judgment examples mixed into the collected data (GCD cold start; paper: ~100)."""
     epochs: int = Field(3, ge=1)
+    """Passes over the SFT data."""
     batch_size: int = Field(32, ge=1)
+    """Examples per optimiser step."""
     prompt_loss_weight: float = Field(0.0, ge=0)
     """Loss weight of prompt tokens relative to response tokens (0: assistant tokens only). A
     random-init model learns to read and copy the environment's text much faster with > 0."""
     micro_batch_tokens: int = Field(16384, ge=1)
+    """Token budget of one forward/backward (does not change the update)."""
     optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-5))
+    """Optimiser of the SFT phase (default lr 1e-5)."""
 
 
 class EvalConfig(Section):
     splits: list[Literal["l0", "l1", "l2"]] = ["l0", "l1", "l2"]
+    """Evaluation splits: l0 in-domain, l1 unseen, l2 out-of-domain."""
     episodes: int = Field(100, ge=1)
     """Episodes per split (the first N tasks of the split)."""
     sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(temperature=0.4))
+    """Sampling at evaluation (default temperature 0.4)."""
 
 
 class Config(Section):
     seed: int = 0
+    """Seeds everything random: task draws, sampling, shuffles, initialisations."""
     run_dir: str = "runs/demo"
     """Everything the run writes goes here: config, logs, checkpoints, results."""
     model: ModelConfig = Field(default_factory=ModelConfig)
+    """The starting model."""
     init: TinyModelConfig | None = None
     """When set, the pipeline first creates a tiny model at model.path."""
     imports: list[str] = []
@@ -533,10 +607,15 @@ class Config(Section):
     env: Annotated[Section, ENVIRONMENTS.field("household")] = Field(default_factory=HouseholdEnvConfig)
     """The environment, by `type` (household, alfworld, scienceworld, or a plugin's)."""
     prompt: PromptConfig = Field(default_factory=PromptConfig)
+    """How a step's prompt is built and a response parsed."""
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    """Sampling of training rollouts (and the temperature the policy loss uses)."""
     sft: SFTConfig | None = None
+    """Supervised cold start (None: no SFT phase)."""
     rl: RLConfig | None = None
+    """The RL phase (None: no RL)."""
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    """Evaluation after each phase."""
 
     @model_validator(mode="after")
     def _init_model_follows_run_dir(self):
