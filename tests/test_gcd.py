@@ -302,13 +302,13 @@ def test_correction_hint_is_in_training_prompts_after_a_refresh_and_never_in_eva
     trainer = RLTrainer(config, str(choice_model_dir), tmp_path)
     try:
         assert all(not s.prompt.startswith(HEADER) for t in trainer.rollout(1) for s in t.steps)
-        trainer.judge.critiques = [("open cabinet 1", "it leads to the cellar")]
+        trainer.component("gcd").critiques = [("open cabinet 1", "it leads to the cellar")]
         trained = trainer.rollout(2)  # step 2 refreshes the summary (every 1 step)
         evaluate(trainer.pool, trainer.sampler, trainer.tokenizer, config.eval, config.prompt, config.seed,
                  tmp_path / "eval")
     finally:
         trainer.close()
-    hint = trainer.correction.hint
+    hint = trainer.component("gcd").correction.hint
     assert hint.startswith(HEADER) and len(hint) > len(HEADER)
     assert all(s.prompt.startswith(hint + "\n") for t in trained for s in t.steps)
     logged = [json.loads(line) for line in (tmp_path / "correction.jsonl").read_text().splitlines()]

@@ -302,7 +302,7 @@ def test_kl_in_reward_adds_each_actions_kl_to_its_penalty(choice_model_dir, tmp_
             for s in t.steps:
                 batch = collate([TrainSample.from_turn(s.prompt_ids, s.response_ids)], trainer.tokenizer.pad_token_id)
                 with torch.no_grad():
-                    ref, _ = response_logprobs(trainer.reference, batch, config.sampling.temperature)
+                    ref, _ = response_logprobs(trainer.component("ref").reference, batch, config.sampling.temperature)
                 kl = kl_k3(torch.tensor(s.logprobs), ref).sum().item()
                 assert kl > 0
                 assert s.penalty == pytest.approx(invalid[id(s)] + 0.5 * kl, rel=1e-4)
@@ -384,7 +384,7 @@ def test_ppo_critic_regresses_onto_the_step_returns(choice_model_dir, tmp_path):
         trajectories = trainer.rollout(1)
         trainer.learn(trajectories, 1)
         steps = {s.anchor: s for t in trajectories for s in t.steps}
-        corridor, cellar = trainer.critic.values([encode_prompt(trainer.tokenizer, steps[room].prompt)
+        corridor, cellar = trainer.component("critic").critic.values([encode_prompt(trainer.tokenizer, steps[room].prompt)
                                                   for room in ("room:corridor", "room:cellar")], 10**4)
     finally:
         trainer.close()

@@ -10,6 +10,7 @@ over the mini-batch's step samples.
 from __future__ import annotations
 
 import random
+import statistics
 from pathlib import Path
 
 import torch
@@ -17,7 +18,9 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel
 
 from agentrl.actor.batch import TrainSample, collate
+from agentrl.components import Component, StepBatch
 from agentrl.distributed import device
+from agentrl.seeding import step_seed
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -104,3 +107,51 @@ def _chunks(items: list, token_budget: int, key=len):
         longest = longest_if
     if current:
         yield current
+
+
+def value_metrics(values: list[float], returns: list[float]) -> dict[str, float]:
+    """The critic's V before its update against the GAE targets: explained variance
+    1 - Var(R - V) / Var(R) (1 is perfect, 0 no better than a constant)."""
+    if len(values) < 2:
+        return {}
+    var = statistics.pvariance(returns)
+    residual = statistics.pvariance([r - v for r, v in zip(returns, values)])
+    return {"critic/value_mean": statistics.fmean(values), "critic/return_mean": statistics.fmean(returns),
+            "critic/explained_variance": 1 - residual / var if var > 0 else 0.0}
+
+
+class CriticComponent(Component):
+    """The critic in the step: V(s) of every step before the advantages (`StepSample.value`), and
+    after the actor's update a regression onto the estimator's returns."""
+
+    name = "critic"
+
+    def __init__(self, critic: Critic, mini_batch_size: int, token_budget: int, seed: int):
+        self.critic, self.mini_batch_size, self.token_budget, self.seed = critic, mini_batch_size, token_budget, seed
+
+    def score(self, batch: StepBatch) -> None:
+        for step, value in zip(batch.steps, self.critic.values([s.prompt_ids for s in batch.steps], self.token_budget)):
+            step.value = value
+
+    def after_update(self, batch: StepBatch) -> None:
+        if not batch.steps:
+            return
+        returns = [r for values in batch.advantages.returns for r in values]
+        old_values = [s.value for s in batch.steps]
+        found = self.critic.update([s.prompt_ids for s in batch.steps], returns, old_values, self.mini_batch_size,
+                                   self.token_budget, random.Random(step_seed(self.seed, batch.step, "critic")))
+        batch.metrics.update({f"critic/{k}": v for k, v in found.items()})
+        batch.metrics.update(value_metrics(old_values, returns))
+
+    def save(self, path: Path) -> None:
+        self.critic.save(path)
+
+    def load(self, path: Path) -> None:
+        self.critic.load(path)
+
+
+def critic_components(config, ctx) -> list[Component]:
+    """PPO's critic: a separate value model from `critic_path` (default: the actor's start)."""
+    critic = Critic(config.critic_path or ctx.model_path, config, ctx.config.model.dtype, ctx.tokenizer.pad_token_id)
+    rl = ctx.config.rl
+    return [CriticComponent(critic, rl.mini_batch_size, rl.micro_batch_tokens, ctx.config.seed)]

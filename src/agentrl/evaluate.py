@@ -43,10 +43,10 @@ def summarize(trajectories) -> dict:
 
 
 def evaluate(pool, sampler, tokenizer, eval_cfg, prompt, seed: int, out_dir: Path | None = None,
-             judge=None) -> dict:
+             components=()) -> dict:
     """Play the first `episodes` tasks of each split once; sampling RNG forked and seeded, so the
-    result is reproducible and training's RNG stream is untouched. `judge` (a GCD loss) adds its
-    judge accuracy on each split's own trajectories."""
+    result is reproducible and training's RNG stream is untouched. Each of the trainer's
+    `components` adds its own numbers on each split's trajectories (a GCD judge: its accuracy)."""
     results = {}
     for split in eval_cfg.splits:
         tasks = pool.local.split_tasks(split)[:eval_cfg.episodes]
@@ -54,8 +54,8 @@ def evaluate(pool, sampler, tokenizer, eval_cfg, prompt, seed: int, out_dir: Pat
             torch.manual_seed(seed)
             trajectories = collect(pool, sampler, tokenizer, tasks, 1, prompt, eval_cfg.sampling)
             results[split] = summarize(trajectories)
-            if judge is not None:
-                results[split].update(judge.evaluate(trajectories, seed))
+            for component in components:
+                results[split].update(component.evaluate(trajectories, seed))
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
             with (out_dir / f"trajectories_{split}.jsonl").open("w") as f:

@@ -45,6 +45,8 @@ class Entry:
     config: type[BaseModel] | None
     target: Any
     """The implementation, or a "module:attribute" string imported at first use."""
+    components: Any = None
+    """`(config, context) -> list[Component]`: trainer components the entry needs (PPO's critic)."""
 
 
 class Registry:
@@ -53,9 +55,11 @@ class Registry:
         self._modules = modules  # imported before the first lookup: they register the built-ins
         self._entries: dict[str, Entry] = {}
 
-    def register(self, name: str, config: type[BaseModel] | None = None, target: Any = None):
+    def register(self, name: str, config: type[BaseModel] | None = None, target: Any = None, components=None):
         """Register `target` under `name` (as a decorator when `target` is not given). `config` is
-        the pydantic class of the recipe section; its `key` field (`type`) must default to `name`."""
+        the pydantic class of the recipe section; its `key` field (`type`) must default to `name`.
+        `components(config, context) -> list[Component]` adds trainer components the entry needs
+        (`agentrl.components`)."""
         if config is not None:
             field = config.model_fields.get(self.key)
             if field is None or field.default != name:
@@ -65,7 +69,7 @@ class Registry:
         def add(obj):
             if name in self._entries and self._entries[name].target is not obj:
                 raise PluginError(f"{self.axis} {name!r} is registered twice")
-            self._entries[name] = Entry(config, obj)
+            self._entries[name] = Entry(config, obj, components)
             return obj
         return add if target is None else add(target)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from agentrl.actor.batch import budget_chunks, micro_batches
+from agentrl.components import Component, StepBatch
 from agentrl.distributed import model_device
 
 
@@ -90,3 +91,18 @@ def apply_nthr(model, samples, group_ids: list[int], config, temperature: float,
     return {"nthr/negative_tokens": float(negative_tokens),
             "nthr/downweighted_share": downweighted / negative_tokens if negative_tokens else 0.0}
 
+
+
+class NTHR(Component):
+    """NTHR in the step: after the advantages, before the update (`rl.nthr`)."""
+
+    name = "nthr"
+
+    def __init__(self, policy, config, temperature: float, pad_id: int, token_budget: int):
+        self.policy, self.config = policy, config
+        self.temperature, self.pad_id, self.token_budget = temperature, pad_id, token_budget
+
+    def shape(self, batch: StepBatch) -> None:
+        group_ids = [t.group_id for t in batch.trajectories for _ in t.steps]
+        batch.metrics.update(apply_nthr(self.policy, batch.samples, group_ids, self.config, self.temperature,
+                                        self.pad_id, self.token_budget))

@@ -1,6 +1,7 @@
 """PPO with a learned critic: GAE over environment steps with the critic's V(s).
 
-The trainer fills `StepSample.value` from the critic (`agentrl/critic.py`) before calling this.
+The entry brings the critic as a trainer component (`agentrl.critic.CriticComponent`), which
+fills `StepSample.value` before this runs and regresses onto `returns` after the update.
 Per trajectory, with r'_t = r_t - penalty_t (the invalid-action penalty is part of the reward
 here, since the critic must predict it): delta_t = r'_t + gamma * V_{t+1} - V_t with V = 0
 after the last step, A_t = delta_t + gamma * lambda * A_{t+1}, and the critic's target is
@@ -16,7 +17,12 @@ from agentrl.advantages import Advantages, register
 from agentrl.config import PPOConfig
 
 
-@register("ppo", PPOConfig)
+def critic_components(config, ctx):
+    from agentrl.critic import critic_components as build
+    return build(config, ctx)
+
+
+@register("ppo", PPOConfig, components=critic_components)
 def ppo(trajectories, config) -> Advantages:
     raw, returns = [], []
     for t in trajectories:

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from agentrl.components import Component, StepBatch
 from agentrl.distributed import model_device
 from agentrl.rollout.collect import encode_prompt
+from agentrl.seeding import step_seed
 
 
 @dataclass
@@ -194,3 +196,18 @@ def coupling_report(model, tokenizer, in_domain, out_of_domain, samples: int, in
                                          f"one-step influence (lr {lr}); + good, - bad")
     (out_dir / "coupling.json").write_text(json.dumps(report, indent=2))
     return report
+
+
+class CouplingLab(Component):
+    """The lab on each `every`-th step's own labelled rollouts, before the update: coupling/*."""
+
+    name = "coupling"
+
+    def __init__(self, policy, tokenizer, every: int, pairs: int, lr: float, seed: int):
+        self.policy, self.tokenizer, self.every, self.pairs, self.lr, self.seed = policy, tokenizer, every, pairs, lr, seed
+
+    def shape(self, batch: StepBatch) -> None:
+        if batch.step % self.every == 0:
+            found = coupling_metrics(self.policy, self.tokenizer, batch.trajectories, self.pairs, self.lr,
+                                     step_seed(self.seed, batch.step, "coupling"))
+            batch.metrics.update({f"coupling/{k}": v for k, v in found.items()})

@@ -1,11 +1,12 @@
 """Auxiliary losses: named loss components on extra samples, added to the RL loss in the same
 optimiser step (the GCD judge is one; SFT on a chat dataset, e.g. judgment data, is another).
 
-An `AuxLoss` turns the step's rollouts into its own training samples and metrics (`prepare`),
-and scores per-token log-probs of those samples (`token_loss`). The trainer normalises each
-component by its own token count, adds `weight * loss`, and logs the metrics as aux/<name>/...
-Auxiliary losses are registered by name with their config class (`agentrl.registry.AUX_LOSSES`);
-a builder is `(config, model, sampler, tokenizer, seed) -> AuxLoss`.
+An `AuxLoss` is a trainer component (`agentrl.components`) that turns the step's rollouts into
+its own training samples and metrics (`prepare`) and scores them (`loss`: per-token losses from
+the actor's log-probs or hidden states). The trainer normalises each by its own token count, adds
+`weight * loss`, and logs the metrics as aux/<name>/... Auxiliary losses are registered by name
+with their config class (`agentrl.registry.AUX_LOSSES`); a builder is
+`(config, context: agentrl.components.Context) -> AuxLoss`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Protocol
 
 import torch
 
-from agentrl.actor.batch import TrainSample
+from agentrl.actor.batch import TokenBatch, TrainSample
+from agentrl.components import Component
 from agentrl.config import ChatSFTAuxConfig
 from agentrl.registry import AUX_LOSSES
 
@@ -33,12 +35,13 @@ class AuxLoss(Protocol):
 
     def prepare(self, trajectories, step: int) -> AuxBatch: ...
 
-    def token_loss(self, logp: torch.Tensor, samples_tokens: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Per-token loss (N,) from the current log-probs (N,) and the batch's token fields."""
+    def loss(self, actor, batch: TokenBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Per-token loss (N,) of the batch's trained tokens, from `actor.token_logprobs(batch)`
+        or `actor.token_hidden(batch)`, and summed counts for metrics (divided by the token count)."""
         ...
 
 
-class ChatSFTLoss:
+class ChatSFTLoss(Component):
     """Negative log-likelihood on assistant tokens of a chat dataset, `batch_size` per step."""
 
     def __init__(self, name: str, conversations: list[list[dict]], tokenizer, batch_size: int,
@@ -53,11 +56,12 @@ class ChatSFTLoss:
         rng = random.Random(f"{self.seed}:{self.name}:{step}")
         return AuxBatch(rng.sample(self.samples, min(self.batch_size, len(self.samples))))
 
-    def token_loss(self, logp, tokens):
-        return -tokens["weight"] * logp
+    def loss(self, actor, batch):
+        return -batch.values["weight"] * actor.token_logprobs(batch)[0], {}
 
 
 @AUX_LOSSES.register("chat_sft", ChatSFTAuxConfig)
-def chat_sft(config, model, sampler, tokenizer, seed):
+def chat_sft(config, ctx):
     from agentrl.data import read_chat_dataset
-    return ChatSFTLoss(config.name, read_chat_dataset(config.data), tokenizer, config.batch_size, config.weight, seed)
+    return ChatSFTLoss(config.name, read_chat_dataset(config.data), ctx.tokenizer, config.batch_size, config.weight,
+                       ctx.config.seed)

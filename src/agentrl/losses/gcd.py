@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import random
 import statistics
+from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
 from agentrl.actor.batch import TrainSample, collate
 from agentrl.actor.single import trained_hidden
+from agentrl.components import Component
 from agentrl.config import GCDAuxConfig
+from agentrl.gcd.correction import PromptCorrection
 from agentrl.gcd.judge import ChatEndpoint, ExternalJudge, critique, judge_prompt, parse_verdict
 from agentrl.gcd.labels import balanced_selection, label_counts, label_steps
 from agentrl.losses.aux import AuxBatch
@@ -58,13 +61,28 @@ def eval_pairs(judge, trajectories, seed: int):
     return balanced_selection(label_steps(trajectories, sources), judge.config.eval_pairs, random.Random(seed))
 
 
-class GCDLoss:
-    def __init__(self, config, sampler, tokenizer, seed: int, external=None, endpoint=None):
+class GCDLoss(Component):
+    def __init__(self, config, sampler, tokenizer, seed: int, external=None, endpoint=None, run_dir=None):
         self.config, self.name, self.weight = config, config.name, config.weight
         self.sampler, self.tokenizer, self.seed = sampler, tokenizer, seed
         self.external, self.endpoint = external, endpoint
         self.critiques: list[tuple[str, str]] = []
         """(action, critique) of bad actions the judge rightly called bad (prompt correction)."""
+        self.correction = None
+        if config.correction is not None:
+            log = Path(run_dir or ".") / "correction.jsonl"
+            self.correction = PromptCorrection(config.correction, self, sampler, tokenizer, endpoint, log)
+
+    def hint(self, step: int) -> str:
+        return self.correction.refresh(step) if self.correction else ""
+
+    def state(self) -> dict:
+        return {"critiques": self.critiques, "hint": self.correction.hint if self.correction else ""}
+
+    def load_state(self, state: dict) -> None:
+        self.critiques = [tuple(c) for c in state.get("critiques", [])]
+        if self.correction is not None:
+            self.correction.hint = state.get("hint", "")
 
     def prepare(self, trajectories, step: int) -> AuxBatch:
         cfg = self.config
@@ -110,15 +128,16 @@ class GCDLoss:
         loss, _ = ppo_clip(logp, tokens["old_logprobs"], tokens["advantages"], segments, self.config.clip)
         return loss
 
+    def loss(self, actor, batch):
+        return self.token_loss(actor.token_logprobs(batch)[0], batch.values), {}
 
-class ClassifierJudgeLoss:
+
+class ClassifierJudgeLoss(Component):
     """The GCD ablation with a value-head classifier instead of the generative judge: a linear
     head on the actor's final hidden state at the end of the same judge prompt (where the
     generative judge would start its answer) predicts good / bad; binary cross-entropy on the
     same balanced labelled pairs joins the RL loss in the same optimiser step. The head's
     parameters are optimised with the actor's (`extra_parameters`) and saved in checkpoints."""
-
-    uses_hidden = True
 
     def __init__(self, config, model, tokenizer, seed: int, external=None):
         self.config, self.name, self.weight = config, config.name, config.weight
@@ -126,7 +145,12 @@ class ClassifierJudgeLoss:
         self.head = torch.nn.Linear(model.config.hidden_size, 1, dtype=model.dtype, device=model.device)
         torch.nn.init.zeros_(self.head.weight)
         torch.nn.init.zeros_(self.head.bias)
-        self.critiques: list[tuple[str, str]] = []  # a classifier writes none
+
+    def parameters(self):
+        return list(self.head.parameters())
+
+    def loss(self, actor, batch):
+        return self.hidden_loss(actor.token_hidden(batch), batch.values)
 
     def _sample(self, labelled) -> TrainSample:
         ids = encode_prompt(self.tokenizer, judge_prompt(labelled.step))
@@ -164,10 +188,11 @@ class ClassifierJudgeLoss:
 
 
 @AUX_LOSSES.register("gcd", GCDAuxConfig)
-def gcd(config, model, sampler, tokenizer, seed):
+def gcd(config, ctx):
     ext = config.external
     endpoint = ext and ChatEndpoint(ext.base_url, ext.model, ext.api_key_env, ext.timeout_s)
     external = ext and ExternalJudge(endpoint, ext.asks, ext.agree, ext.temperature, ext.max_tokens)
+    seed = ctx.config.seed
     if config.judge == "classifier":
-        return ClassifierJudgeLoss(config, model, tokenizer, seed, external)
-    return GCDLoss(config, sampler, tokenizer, seed, external, endpoint)
+        return ClassifierJudgeLoss(config, ctx.policy, ctx.tokenizer, seed, external)
+    return GCDLoss(config, ctx.sampler, ctx.tokenizer, seed, external, endpoint, ctx.run_dir)
