@@ -346,6 +346,45 @@ def test_entropy_bonus_raises_the_entropy(choice_model_dir, tmp_path):
     assert after > before + 1e-3, (before, after)
 
 
+def test_kl_loss_term_pulls_the_policy_back_to_its_reference(choice_model_dir, tmp_path):
+    """With every advantage zero and the policy moved off its reference, the KL loss term alone
+    drives the update, and it must bring the policy closer to the reference."""
+    from agentrl.actor.batch import TrainSample, collate
+    from agentrl.actor.single import response_logprobs
+    from agentrl.losses.policy import kl_k3
+
+    import twostep
+
+    # Adam's first step moves every weight by lr: small, so the first-order pull dominates.
+    config = twostep.config(tmp_path, group_size=1, tasks_per_step=4, kl_coef=1.0, kl_estimator="k3",
+                            advantage={"type": "grpo", "level": "trajectory"}, optim={"lr": 1e-5})
+    trainer = RLTrainer(config, str(choice_model_dir), tmp_path)
+    reference = trainer.component("ref").reference
+
+    def kl() -> float:
+        with torch.no_grad():
+            logp, _ = response_logprobs(trainer.model, batch)
+            ref, _ = response_logprobs(reference, batch)
+        return kl_k3(logp, ref).mean().item()
+
+    try:
+        torch.manual_seed(0)
+        with torch.no_grad():
+            for p in trainer.model.parameters():
+                p.add_(0.02 * torch.randn_like(p))
+        trajectories = trainer.rollout(1)
+        batch = collate([TrainSample.from_turn(s.prompt_ids, s.response_ids) for t in trajectories for s in t.steps],
+                        trainer.tokenizer.pad_token_id)
+        before = kl()
+        metrics = trainer.learn(trajectories, 1)
+        after = kl()
+    finally:
+        trainer.close()
+    assert all(s.advantage == 0.0 for t in trajectories for s in t.steps)
+    assert metrics["actor/kl"] > 0
+    assert after < 0.98 * before, (before, after)
+
+
 def test_steps_carry_the_environments_anchor_and_the_sampled_tokens(choice_model_dir, tmp_path):
     """GiGPO / GAGPO group steps by the environment's anchor state (the rendered prompt holds
     history, so two routes into one room would never share a prompt); the trained response is
