@@ -47,9 +47,9 @@ def test_observation_prompt_fields_and_invalid_step(env):
     assert "help" not in obs.admissible_actions and obs.anchor == obs.text
     result = env.step(None)
     assert result.observation.text == "Nothing happens." and not result.done
-    assert result.reward == 0 and result.info["admissible"] is False and result.info["progress"] is False
+    assert result.reward == 0 and result.info["admissible"] is False and result.progress is False
     result = env.step("look")
-    assert result.info["progress"] is False  # never progress
+    assert result.progress is False  # never progress
 
 
 def test_success_pays_ten_and_ends_the_episode(env):

@@ -71,9 +71,9 @@ def test_household_progress_labels_match_the_expert():
     env = make_env(HouseholdEnvConfig())
     env.reset("train-3")
     _, expert = env.expert_action()
-    assert env.step(expert).info["progress"] is True
-    assert env.step("look").info["progress"] is False
-    assert env.step("fly away").info["progress"] is False
+    assert env.step(expert).progress is True
+    assert env.step("look").progress is False
+    assert env.step("fly away").progress is False
 
 
 def test_judgment_data_is_balanced_and_parseable(tmp_path):

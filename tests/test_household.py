@@ -99,7 +99,7 @@ def test_random_play_never_breaks_the_progress_labels():
         obs = env.reset(task)
         for _ in range(env.max_steps):
             result = env.step(rng.choice(obs.admissible_actions))
-            labels.add(result.info["progress"])
+            labels.add(result.progress)
             obs = result.observation
             if result.done:
                 break

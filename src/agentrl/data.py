@@ -91,7 +91,7 @@ def _play(env, task_id: str, prompt, policy) -> Trajectory:
         result = env.step(action)
         traj.steps.append(StepSample([], [], [], response=action, action=action, observation=obs.text,
                                      anchor=obs.anchor, reward=result.reward, prompt=text,
-                                     progress=result.info.get("progress")))
+                                     progress=result.progress))
         history.append(HistoryEntry(obs.text, action))
         obs = result.observation
         if result.done:

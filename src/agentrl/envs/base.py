@@ -34,6 +34,10 @@ class StepResult:
     done: bool
     success: bool
     info: dict = field(default_factory=dict)
+    """Anything else the environment reports (e.g. whether the action was admissible)."""
+    progress: bool | None = None
+    """The environment's own verdict on the action (True: it helped, False: it could not help,
+    None: no opinion); GCD's `env` label source reads it."""
 
 
 @runtime_checkable

@@ -81,7 +81,7 @@ def collect(pool, sampler, tokenizer, tasks: list[str], group_size: int, prompt,
                 continue
             sample = e.trajectory.steps[-1]
             sample.reward = result.reward
-            sample.progress = result.info.get("progress")
+            sample.progress = result.progress
             e.history.append(HistoryEntry(e.observation.text, sample.action or "(no valid action)"))
             e.observation = result.observation
             if result.done:

@@ -96,7 +96,7 @@ class AlfWorldEnv:
         success = bool(self.state["won"])
         done = success or self.steps >= self.max_steps
         return StepResult(self._observation(text), SUCCESS_REWARD if success else 0.0, done, success,
-                          {"admissible": admissible, "task_type": task_type(self.game_id), "progress": progress})
+                          {"admissible": admissible, "task_type": task_type(self.game_id)}, progress)
 
     def close(self) -> None:
         self._env.close()

@@ -79,7 +79,7 @@ class HouseholdEnv:
         done = success or self.steps >= self.max_steps
         reward = SUCCESS_REWARD if success else 0.0
         return StepResult(self._observation(text), reward, done, success,
-                          {"admissible": admissible, "task_type": self.task.task_type, "progress": progress})
+                          {"admissible": admissible, "task_type": self.task.task_type}, progress)
 
     def close(self) -> None:
         pass

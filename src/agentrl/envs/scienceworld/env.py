@@ -110,7 +110,7 @@ class ScienceWorldEnv:
         progress = True if on_gold else (False if not understood else None)
         return StepResult(self._observation(text.strip()), float(reward), done, success,
                           {"admissible": understood, "task_type": self.task_type(self.task_id),
-                           "score": self.score, "progress": progress})
+                           "score": self.score}, progress)
 
     def close(self) -> None:
         process = self._engine._gateway.java_process
