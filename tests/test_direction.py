@@ -43,7 +43,7 @@ def test_rl_raises_the_rewarded_action_and_lowers_the_penalised_one(choice_model
         trainer.close()
     # One mini-batch, one epoch: the update starts on-policy, so the actor scores the sampled
     # tokens exactly as the sampler did (at the sampling temperature).
-    assert all(abs(r["actor/ppo_kl"]) < 1e-4 for r in rows)
+    assert all(abs(r["actor/kl_old"]) < 1e-4 for r in rows)
     assert 0 < rows[0]["rollout/success"] < 1  # both outcomes were sampled
     assert after[twostep.GOOD] > before[twostep.GOOD] + 0.1, (before, after)
     assert after[twostep.BAD] < before[twostep.BAD] - 0.1, (before, after)

@@ -209,10 +209,10 @@ class RLTrainer:
             weight = v["agg_weight"]  # (N,): rl.loss_agg over the whole mini-batch
             pg, counts = loss_impl(logp, v["old_logprobs"], v["advantages"], batch.sample_index, rl.loss)
             total = (weight * pg).sum()
-            # ppo_kl: mean of log(old / new) per token; ~0 on the first mini-batch of an update,
+            # kl_old: mean of log(old / new) per token; ~0 on the first mini-batch of an update,
             # where the actor must score the sampled tokens exactly as the sampler did.
             metrics = {"pg_loss": pg.sum().detach(), "entropy": entropy.sum().detach(),
-                       "ppo_kl": (v["old_logprobs"] - logp).sum().detach(),
+                       "kl_old": (v["old_logprobs"] - logp).sum().detach(),
                        **{k: c.detach() for k, c in counts.items()}}
             if self.uses_reference and not rl.kl_in_reward:
                 kl = KL_ESTIMATORS.get(rl.kl_estimator)(logp, v["ref_logprobs"])
@@ -260,8 +260,8 @@ class RLTrainer:
                     last = self.step == rl.steps
                     if main and ((rl.eval_every and self.step % rl.eval_every == 0) or last):
                         results = self.evaluate()
-                        metrics.update({f"eval/{split}/{key}": r[key] for split, r in results.items()
-                                        for key in ("success", "judge_accuracy") if key in r})
+                        metrics.update({f"eval/{split}/{key}": value for split, r in results.items()
+                                        for key, value in r.items() if isinstance(value, (int, float))})
                     distributed.barrier()
                     if tracker is not None:
                         tracker.log(self.step, metrics)
