@@ -409,6 +409,35 @@ def test_steps_carry_the_environments_anchor_and_the_sampled_tokens(choice_model
     assert sum(s.response_ids[-1] == trainer.tokenizer.eos_token_id for s in steps) >= len(steps) // 2
 
 
+def test_finished_episodes_stop_playing(choice_model_dir, tmp_path):
+    """An episode the environment ends is never stepped again, though the step limit allows more."""
+    from typing import Literal
+
+    import twostep
+    from agentrl.config import Section
+    from agentrl.envs.base import StepResult
+    from agentrl.registry import ENVIRONMENTS
+
+    class OneStepConfig(Section):
+        type: Literal["onestep"] = "onestep"
+
+    class OneStepEnv(twostep.TwoStepEnv):
+        max_steps = 3
+
+        def step(self, action):
+            self.steps += 1
+            return StepResult(self._observation(), 10.0 if action == twostep.GOOD else 0.0, True, action == twostep.GOOD)
+
+    if "onestep" not in ENVIRONMENTS.names():
+        ENVIRONMENTS.register("onestep", OneStepConfig, OneStepEnv)
+    config = twostep.config(tmp_path)
+    config.env = OneStepConfig()
+    with RLTrainer(config, str(choice_model_dir), tmp_path) as trainer:
+        trajectories = trainer.rollout(1)
+    assert [t.length for t in trajectories] == [1] * 8
+    assert {t.success for t in trajectories} == {True, False}
+
+
 def test_ppo_critic_regresses_onto_the_step_returns(choice_model_dir, tmp_path):
     """The critic's targets are the GAE returns (A + V): after fitting one batch, its value of the
     corridor (half the answers there succeed: return about 5) is far above the cellar's (0);
