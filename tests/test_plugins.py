@@ -56,16 +56,16 @@ def test_the_readme_plugin_example_end_to_end(tmp_path, monkeypatch, capsys):
     assert main(saved[1:]) == 0  # the saved config.yaml: nothing redone
     out = capsys.readouterr().out
     for phase in ("init", "eval initial", "expert data", "sft", "eval sft", "eval rl"):
-        assert f"{phase}: done earlier with the same settings, reused" in out, out
+        assert f"phase {phase}: done earlier with the same settings, reused" in out, out
     assert (run / "sft" / "model" / "model.safetensors").stat().st_mtime_ns == sft_stamp
 
     assert main(changed[1:]) == 0  # one SFT setting changed: SFT and everything after it redone
     out = capsys.readouterr().out
     for phase in ("init", "eval initial", "expert data"):
-        assert f"{phase}: done earlier with the same settings, reused" in out, out
-    assert "sft: settings changed (sft.epochs: 2 -> 3), redoing" in out, out
+        assert f"phase {phase}: done earlier with the same settings, reused" in out, out
+    assert "phase sft: settings changed (sft.epochs: 2 -> 3), redoing" in out, out
     for phase in ("eval sft", "rl", "eval rl"):
-        assert re.search(rf"{phase}: settings changed \(.*sft", out), out
+        assert re.search(rf"phase {phase}: settings changed \(.*sft", out), out
     assert (run / "sft" / "model" / "model.safetensors").stat().st_mtime_ns != sft_stamp
     assert load_config(run / "config.yaml").sft.epochs == 3
 

@@ -163,8 +163,8 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
         rl_dir = run_dir / "rl"
         settings = {**upstream, **rl_settings(config)}
         if phases.done.get("rl") != settings:
-            if not phases.reusable("rl", settings, False) and rl_dir.exists():
-                shutil.rmtree(rl_dir)  # its steps were taken with other settings
+            phases.reusable("rl", settings, rl_dir.exists())  # says why it runs
+            shutil.rmtree(rl_dir, ignore_errors=True)  # steps taken with other settings
             phases.complete("rl", settings)  # before training: a stopped run resumes only with these
         eval_settings = {**settings, "rl.steps": config.rl.steps, **config_settings(config, "eval")}
         done = run_dir / "eval" / "rl" / "results.json"
