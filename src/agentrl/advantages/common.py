@@ -1,4 +1,4 @@
-"""Shared pieces of the step-level estimators: discounted returns and anchor-state groups."""
+"""Shared pieces of the step-level estimators: discounted returns, GAE, anchor-state groups."""
 
 from __future__ import annotations
 
@@ -11,6 +11,17 @@ def discounted_returns(rewards: list[float], gamma: float) -> list[float]:
     out, running = [0.0] * len(rewards), 0.0
     for t in reversed(range(len(rewards))):
         running = rewards[t] + gamma * running
+        out[t] = running
+    return out
+
+
+def gae(rewards: list[float], values: list[float], gamma: float, lam: float) -> list[float]:
+    """A_t = delta_t + gamma * lam * A_{t+1}, delta_t = r_t + gamma * V_{t+1} - V_t, V after the
+    last step 0 (`values` has one entry per step)."""
+    v = list(values) + [0.0]
+    out, running = [0.0] * len(rewards), 0.0
+    for t in reversed(range(len(rewards))):
+        running = rewards[t] + gamma * v[t + 1] - v[t] + gamma * lam * running
         out[t] = running
     return out
 

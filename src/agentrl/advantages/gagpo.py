@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 
 from agentrl.advantages import Advantages, register
-from agentrl.advantages.common import anchor_groups, anchor_size_metrics, discounted_returns, normalize
+from agentrl.advantages.common import anchor_groups, anchor_size_metrics, discounted_returns, gae, normalize
 from agentrl.config import GAGPOConfig
 from agentrl.rollout.types import group_by_id
 
@@ -28,12 +28,7 @@ def gagpo(trajectories, config) -> Advantages:
         value_of = {anchor: statistics.fmean(v) for anchor, v in anchors.items()}
         raw: dict[int, list[float]] = {}
         for t in group:
-            v = [value_of[s.anchor] for s in t.steps] + [0.0]
-            gae, out = 0.0, [0.0] * t.length
-            for i in reversed(range(t.length)):
-                delta = t.steps[i].reward + config.gamma * v[i + 1] - v[i]
-                gae = delta + config.gamma * config.lam * gae
-                out[i] = gae
+            out = gae([s.reward for s in t.steps], [value_of[s.anchor] for s in t.steps], config.gamma, config.lam)
             raw[id(t)] = [a - s.penalty for a, s in zip(out, t.steps)]
         pool = [a for t in group for a in raw[id(t)]]
         for t in group:

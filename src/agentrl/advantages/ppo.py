@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 
 from agentrl.advantages import Advantages, register
+from agentrl.advantages.common import gae
 from agentrl.config import PPOConfig
 
 
@@ -28,14 +29,10 @@ def ppo(trajectories, config) -> Advantages:
     for t in trajectories:
         if any(s.value is None for s in t.steps):
             raise ValueError("the ppo estimator needs critic values on every step (StepSample.value)")
-        v = [s.value for s in t.steps] + [0.0]
-        gae, adv = 0.0, [0.0] * t.length
-        for i in reversed(range(t.length)):
-            delta = t.steps[i].reward - t.steps[i].penalty + config.gamma * v[i + 1] - v[i]
-            gae = delta + config.gamma * config.lam * gae
-            adv[i] = gae
+        values = [s.value for s in t.steps]
+        adv = gae([s.reward - s.penalty for s in t.steps], values, config.gamma, config.lam)
         raw.append(adv)
-        returns.append([a + value for a, value in zip(adv, v)])
+        returns.append([a + value for a, value in zip(adv, values)])
     flat = [a for adv in raw for a in adv]
     if config.normalize and len(flat) > 1:
         mean, std = statistics.fmean(flat), statistics.stdev(flat)
