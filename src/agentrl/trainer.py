@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from agentrl import distributed
+from agentrl.actor.base import Actor
 from agentrl.actor.batch import TrainSample, micro_batches
 from agentrl.advantages import compute_advantages
 from agentrl.checkpoint import latest_checkpoint, read_state, save_checkpoint
@@ -29,6 +30,7 @@ from agentrl.models import add_lora, load_model, load_tokenizer
 from agentrl.progress import progress
 from agentrl.registry import ACTORS, KL_ESTIMATORS, POLICY_LOSSES, SAMPLERS
 from agentrl.rollout.collect import collect
+from agentrl.sampler.base import Sampler
 from agentrl.seeding import step_seed
 from agentrl.tracking import Tracker
 
@@ -67,7 +69,7 @@ class RLTrainer:
                              f"number of ranks ({self.world}): a task group never spans ranks")
         sharded = self.rl.actor.backend != "single"
         # A sharded actor cannot generate: each rank's sampler holds a full copy of the weights.
-        self.sampler = SAMPLERS.get(self.rl.sampler.type)(
+        self.sampler: Sampler = SAMPLERS.get(self.rl.sampler.type)(
             self.rl.sampler, model_path, lambda: self._load_policy(model_path) if sharded else self.model,
             self.tokenizer, config)
         # The full HF policy that components read (the sampler's copy when the actor is sharded).
@@ -78,7 +80,7 @@ class RLTrainer:
         self.uses_reference = self.rl.kl_coef > 0
         self.pool = EnvPool(config.env, self.rl.workers, self.rl.env_step_timeout_s, self.rl.env_reset_timeout_s)
         extra = [p for c in self.components for p in c.parameters()]
-        self.actor = ACTORS.get(self.rl.actor.backend)(self.rl.actor, self.model, self.rl.optim, extra)
+        self.actor: Actor = ACTORS.get(self.rl.actor.backend)(self.rl.actor, self.model, self.rl.optim, extra)
         self.sampler.update_weights(self.actor.weights())  # a no-op for a sampler sharing the actor's module
         self.step = 0
 

@@ -23,6 +23,10 @@ class Actor(Protocol):
         """log p(token) (N,) and optionally the entropy (N,) at the batch's trained tokens."""
         ...
 
+    def token_hidden(self, batch: TokenBatch) -> torch.Tensor:
+        """(N, H): the final hidden state at each position that predicts a trained token."""
+        ...
+
     def optimizer_step(self, parts: list[tuple[list[TokenBatch], LossFn]]) -> dict[str, float]:
         """One optimiser step: for each (micro-batches, loss_fn) part accumulate the gradients of
         loss_fn over its micro-batches; clip, step; returns the summed metrics."""
