@@ -146,9 +146,10 @@ class KLRewardPenalty(Component):
         batch.metrics["rollout/kl_penalty"] = sum(penalties) / len(penalties) if penalties else 0.0
 
 
-def build_components(ctx: Context) -> list[Component]:
+def build_components(ctx: Context) -> tuple[list[Component], list]:
     """The run's components, in hook order: the reference and the KL penalty, those the
-    estimator brings, NTHR, the coupling lab, then the auxiliary losses."""
+    estimator brings, NTHR, the coupling lab, then the auxiliary losses (also returned apart:
+    their losses join the update)."""
     from agentrl.advantages.nthr import NTHR
     from agentrl.analysis.coupling import CouplingLab
     from agentrl.models import load_model
@@ -172,5 +173,5 @@ def build_components(ctx: Context) -> list[Component]:
     if rl.coupling_every:
         components.append(CouplingLab(ctx.policy, ctx.tokenizer, rl.coupling_every, rl.coupling_pairs,
                                       rl.coupling_lr, config.seed))
-    components += [AUX_LOSSES.get(aux.type)(aux, ctx) for aux in rl.aux]
-    return components
+    aux_losses = [AUX_LOSSES.get(aux.type)(aux, ctx) for aux in rl.aux]
+    return components + aux_losses, aux_losses

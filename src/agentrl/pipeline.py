@@ -120,9 +120,10 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
     if config.model.path is None:
         raise ConfigError("model.path: the pipeline needs a model (a local folder or hub id) or an `init` section")
     if restart:
-        for path in [run_dir / "phases.json", run_dir / "sft", run_dir / "rl", run_dir / "eval",
+        (run_dir / "phases.json").unlink(missing_ok=True)
+        for path in [run_dir / "sft", run_dir / "rl", run_dir / "eval",
                      *([Path(config.model.path)] if config.init is not None else [])]:
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+            shutil.rmtree(path, ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     phases = Phases(run_dir, say=lambda line: console.print(f"[bold]phase[/] {line}"))
     torch.manual_seed(config.seed)

@@ -128,9 +128,6 @@ class _Choice:
             validate, core_schema.any_schema(),
             serialization=core_schema.plain_serializer_function_ser_schema(lambda v: v.model_dump(mode="json")))
 
-    def __get_pydantic_json_schema__(self, schema, handler):
-        return {"type": "object", "description": f"a {self.registry.axis}: one of {self.registry.names()}"}
-
 
 _entry_points_loaded = False
 

@@ -74,9 +74,8 @@ class RLTrainer:
             self.tokenizer, config)
         # The full HF policy that components read (the sampler's copy when the actor is sharded).
         policy = self.model if not sharded else getattr(self.sampler, "model", None)
-        self.components = build_components(Context(config, model_path, policy, self.sampler, self.tokenizer,
-                                                   self.run_dir))
-        self.aux_losses = [c for c in self.components if hasattr(c, "prepare")]
+        self.components, self.aux_losses = build_components(Context(config, model_path, policy, self.sampler,
+                                                                    self.tokenizer, self.run_dir))
         self.uses_reference = self.rl.kl_coef > 0
         self.pool = EnvPool(config.env, self.rl.workers, self.rl.env_step_timeout_s, self.rl.env_reset_timeout_s)
         extra = [p for c in self.components for p in c.parameters()]
