@@ -40,8 +40,8 @@ class Mutant:
 MUTANTS = [
     # --- the trainer -------------------------------------------------------------------------------
     Mutant("trainer: every step gets the negated advantage", "src/agentrl/trainer.py",
-           'sample.values["advantages"] = [a] * sample.n_targets',
-           'sample.values["advantages"] = [-a] * sample.n_targets', TRAINER),
+           'sample.advantages = [a] * sample.n_targets',
+           'sample.advantages = [-a] * sample.n_targets', TRAINER),
     Mutant("trainer: loss aggregated by the rank's own token count", "src/agentrl/trainer.py",
            "distributed.all_sum([sum(lengths), len(lengths)])", "[sum(lengths), len(lengths)]",
            TRAINER + ["test_distributed.py"]),

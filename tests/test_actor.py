@@ -19,12 +19,12 @@ def test_sampler_logprobs_equal_actor_logprobs(tiny_model_dir):
     torch.manual_seed(0)
     for temperature in (1.0, 0.7):
         gens = sampler.generate(prompts, SamplingConfig(temperature=temperature, max_new_tokens=12))
-        samples = [TrainSample.from_turn(p, g.token_ids, old=g.logprobs) for p, g in zip(prompts, gens)]
+        samples = [TrainSample.from_turn(p, g.token_ids, old_logprobs=g.logprobs) for p, g in zip(prompts, gens)]
         batch = collate(samples, tokenizer.pad_token_id)
         with torch.no_grad():
             logp, _ = response_logprobs(model, batch, temperature)
-        assert logp.shape == batch.values["old"].shape
-        torch.testing.assert_close(logp.cpu(), batch.values["old"], atol=2e-4, rtol=0)
+        assert logp.shape == batch.old_logprobs.shape
+        torch.testing.assert_close(logp.cpu(), batch.old_logprobs, atol=2e-4, rtol=0)
 
 
 def test_response_logprobs_match_full_log_softmax(tiny_model_dir):
@@ -44,12 +44,12 @@ def _grads_after_step(model_dir, samples, budget, agg="token-mean"):
     model = load_model(model_dir)
     actor = SingleActor(model, OptimConfig(lr=1e-3))
     for s, w in zip(samples, aggregation_weights([s.n_targets for s in samples], agg)):
-        s.values["w"] = [w] * s.n_targets
+        s.weight = [w] * s.n_targets
 
     def loss_fn(batch):
         logp, _ = actor.token_logprobs(batch)
-        loss, _ = ppo_clip(logp, batch.values["old"], batch.values["adv"], batch.sample_index, PPOClipConfig())
-        return (batch.values["w"] * loss).sum(), {}
+        loss, _ = ppo_clip(logp, batch.old_logprobs, batch.advantages, batch.sample_index, PPOClipConfig())
+        return (batch.weight * loss).sum(), {}
 
     actor.optimizer_step([(micro_batches(samples, budget), loss_fn)])
     return {n: p.grad.clone() for n, p in model.named_parameters()}  # the step leaves its gradients
@@ -63,8 +63,8 @@ def test_update_does_not_depend_on_micro_batch_split(tiny_model_dir, agg):
         n_prompt, n_resp = 3 + i, 2 + (i * 3) % 5
         ids = torch.randint(10, 300, (n_prompt + n_resp,), generator=g).tolist()
         samples.append(TrainSample.from_turn(ids[:n_prompt], ids[n_prompt:],
-                                             old=(-torch.rand(n_resp, generator=g)).tolist(),
-                                             adv=[float(i % 3) - 1.0] * n_resp))
+                                             old_logprobs=(-torch.rand(n_resp, generator=g)).tolist(),
+                                             advantages=[float(i % 3) - 1.0] * n_resp))
     one = _grads_after_step(tiny_model_dir, samples, budget=10**6, agg=agg)
     many = _grads_after_step(tiny_model_dir, samples, budget=16, agg=agg)
     assert len(micro_batches(samples, 16)) > 3

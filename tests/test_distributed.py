@@ -30,14 +30,14 @@ def batch_samples():
         samples.append(TrainSample.from_turn(prompt, response, advantages=[(-1.0) ** i * (1 + i / 10)] * len(response)))
     weights = aggregation_weights([s.n_targets for s in samples], "token-mean")  # global counts
     for s, w in zip(samples, weights):
-        s.values["agg_weight"] = [w] * s.n_targets
+        s.weight = [w] * s.n_targets
     return samples
 
 
 def make_loss(actor):
     def loss_fn(batch):
         logp, _ = actor.token_logprobs(batch)
-        loss = -(batch.values["agg_weight"] * batch.values["advantages"] * logp).sum()
+        loss = -(batch.weight * batch.advantages * logp).sum()
         return loss, {"tokens": torch.tensor(float(batch.n_tokens))}
     return loss_fn
 

@@ -97,13 +97,13 @@ def test_gcd_loss_trains_only_judgment_tokens(tiny_model_dir):
     assert batch_out.metrics["pairs"] == 2 and 0 <= batch_out.metrics["judge_accuracy"] <= 1
     # Make the advantages non-zero so a gradient exists (a random model's verdicts all score 0).
     for i, s in enumerate(batch_out.samples):
-        s.values["advantages"] = [1.0 if i % 2 else -1.0] * s.n_targets
+        s.advantages = [1.0 if i % 2 else -1.0] * s.n_targets
     batch = micro_batches(batch_out.samples, 10**6, tokenizer.pad_token_id)[0].to(model.device)
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
     logits.retain_grad()
     shifted = torch.log_softmax(logits[:, :-1], -1).gather(-1, batch.input_ids[:, 1:, None])[..., 0]
     logp = shifted[batch.mask[:, 1:]]
-    loss.token_loss(logp, batch.values).sum().backward()
+    loss.token_loss(logp, batch).sum().backward()
     touched = logits.grad.abs().sum(-1)[:, :-1] > 0  # (B, L-1): positions whose prediction got gradient
     assert torch.equal(touched, batch.mask[:, 1:])
 
@@ -194,11 +194,11 @@ def test_classifier_judge_learns_its_labels_through_the_actor(tiny_model_dir):
     actor = SingleActor(model, OptimConfig(lr=1e-3), judge.head.parameters())
     t = traj(["start", "A", "B", "A", "C"], success=True)
     samples = judge.prepare([t], step=1).samples
-    assert sorted(s.values["label"][0] for s in samples) == [0.0, 1.0]
+    assert sorted(s.target[0] for s in samples) == [0.0, 1.0]
     assert all(s.n_targets == 1 for s in samples)
 
     def loss_fn(batch):
-        loss, counts = judge.hidden_loss(actor.token_hidden(batch), batch.values)
+        loss, counts = judge.hidden_loss(actor.token_hidden(batch), batch)
         return loss.sum() / len(samples), counts
 
     before = [p.detach().clone() for p in model.parameters()]
@@ -272,7 +272,7 @@ def test_an_always_good_judge_scores_half_on_balanced_pairs(optimist_dir):
     batch = loss.prepare([traj(["start", "A", "B", "A", "C"], success=True)], step=1)
     assert batch.metrics["pairs"] == 2
     assert batch.metrics["judge_accuracy"] == 0.5 and batch.metrics["verdict_parse_rate"] == 1.0
-    assert all(a == 0.0 for s in batch.samples for a in s.values["advantages"])
+    assert all(a == 0.0 for s in batch.samples for a in s.advantages)
     # It rightly called nothing bad, so there is nothing to critique.
     assert loss.critiques == []
 

@@ -59,7 +59,7 @@ def test_rules_and_texts():
 def test_closed_containers_hide_contents():
     env = HouseholdEnv("hard")
     for i in range(50):
-        obs = env.reset(f"train-{i}")
+        env.reset(f"train-{i}")
         closed = [r for r in env.task.layout.openable if r.split()[0] in ("cabinet", "drawer", "safe", "box")
                   and env.contents[r]]
         if closed:
@@ -78,7 +78,7 @@ def test_variety_limits_the_vocabulary_and_keeps_every_type_solvable():
     kinds, surfaces = set(), set()
     for split in ["train", "l2"]:
         for task_id in env.split_tasks(split)[:100]:
-            obs = env.reset(task_id)
+            env.reset(task_id)
             kinds |= {o.rsplit(" ", 1)[0] for o, _ in env.task.placement}
             surfaces |= {r.rsplit(" ", 1)[0] for r in env.task.layout.receptacles}
             while True:

@@ -58,9 +58,9 @@ def test_apply_nthr_rescales_only_negative_samples_of_mixed_groups(tiny_model_di
                sample(-1.0, [8, 9])]  # group 1: no positive sample
     # tau very low: every negative token of group 0 counts as coupled.
     metrics = apply_nthr(model, samples, [0, 0, 0, 1], NTHRConfig(tau=-1e9, eta=0.5), 1.0, 0, 10_000)
-    assert [s.values["advantages"] for s in samples] == [[1.0, 1.0], [-0.5, -0.5], [-1.0, -1.0, -1.0], [-1.0, -1.0]]
+    assert [s.advantages for s in samples] == [[1.0, 1.0], [-0.5, -0.5], [-1.0, -1.0, -1.0], [-1.0, -1.0]]
     assert metrics == {"nthr/negative_tokens": 5.0, "nthr/downweighted_share": 1.0}
     # tau very high: nothing is coupled enough.
     samples = [sample(1.0, [8, 9]), sample(-1.0, [8, 9])]
     apply_nthr(model, samples, [0, 0], NTHRConfig(tau=1e9, eta=0.5), 1.0, 0, 10_000)
-    assert samples[1].values["advantages"] == [-1.0, -1.0]
+    assert samples[1].advantages == [-1.0, -1.0]

@@ -35,7 +35,7 @@ def test_loss_mask_covers_only_the_assistant_turn(tiny_model_dir):
     assert tokenizer.decode(trained) == "<action>look</action><|im_end|>"
     weighted = encode_conversation(tokenizer, messages, prompt_weight=0.5)
     assert weighted.n_targets == len(weighted.ids) - 1
-    assert weighted.values["weight"].count(1.0) == len(trained)
+    assert weighted.weight.count(1.0) == len(trained)
 
 
 def test_sft_learns_the_expert_data(tiny_model_dir, tmp_path):

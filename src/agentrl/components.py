@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from agentrl.actor.batch import TrainSample, budget_chunks, micro_batches
+from agentrl.actor.batch import TrainSample, per_sample
 from agentrl.actor.single import response_logprobs
 from agentrl.advantages import Advantages
 from agentrl.registry import ADVANTAGES, AUX_LOSSES, KL_ESTIMATORS
@@ -42,7 +42,8 @@ class StepBatch:
     steps: list[StepSample]
     """Their steps, in trajectory order."""
     samples: list[TrainSample]
-    """One training sample per step, same order; per-token `values` (old_logprobs, advantages, ...)."""
+    """One training sample per step, same order, with its per-token fields (old_logprobs from the
+    start, ref_logprobs after the reference's `score`, advantages before `shape`)."""
     advantages: Advantages | None = None
     """The estimator's result (None before `shape`)."""
     metrics: dict[str, float] = field(default_factory=dict)
@@ -105,7 +106,7 @@ def timed(timing: dict[str, float], key: str):
 
 
 class ReferenceLogprobs(Component):
-    """log p_ref of every trained token (`values["ref_logprobs"]`): the frozen initial model, or
+    """log p_ref of every trained token (`TrainSample.ref_logprobs`): the frozen initial model, or
     with LoRA the policy itself with its adapters switched off (no second copy)."""
 
     name = "ref"
@@ -116,17 +117,14 @@ class ReferenceLogprobs(Component):
 
     @torch.no_grad()
     def score(self, batch: StepBatch) -> None:
-        for chunk in budget_chunks(batch.samples, self.token_budget):
-            tokens = micro_batches(chunk, 10**12, self.pad_id)[0]
+        def logprobs(tokens):
             if self.reference is not None:
-                logp, _ = response_logprobs(self.reference, tokens, self.temperature)
-            else:
-                with self.policy.disable_adapter():
-                    logp, _ = response_logprobs(self.policy, tokens, self.temperature)
-            offset = 0
-            for s in sorted(chunk, key=lambda x: len(x.ids), reverse=True):  # the packing order
-                s.values["ref_logprobs"] = logp[offset:offset + s.n_targets].tolist()
-                offset += s.n_targets
+                return response_logprobs(self.reference, tokens, self.temperature)[0]
+            with self.policy.disable_adapter():
+                return response_logprobs(self.policy, tokens, self.temperature)[0]
+
+        for s, logp in zip(batch.samples, per_sample(batch.samples, self.token_budget, self.pad_id, logprobs)):
+            s.ref_logprobs = logp.tolist()
 
 
 class KLRewardPenalty(Component):
@@ -139,8 +137,8 @@ class KLRewardPenalty(Component):
         self.coef, self.kl = coef, KL_ESTIMATORS.get(estimator)
 
     def score(self, batch: StepBatch) -> None:
-        penalties = [self.coef * self.kl(torch.tensor(s.values["old_logprobs"]),
-                                         torch.tensor(s.values["ref_logprobs"])).sum().item() for s in batch.samples]
+        penalties = [self.coef * self.kl(torch.tensor(s.old_logprobs), torch.tensor(s.ref_logprobs)).sum().item()
+                     for s in batch.samples]
         for step, penalty in zip(batch.steps, penalties):
             step.penalty += penalty
         batch.metrics["rollout/kl_penalty"] = sum(penalties) / len(penalties) if penalties else 0.0

@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel
 
-from agentrl.actor.batch import TrainSample, collate
+from agentrl.actor.batch import TrainSample, budget_chunks, collate
 from agentrl.components import Component, StepBatch
 from agentrl.distributed import device
 from agentrl.seeding import step_seed
@@ -47,9 +47,10 @@ class Critic(torch.nn.Module):
     @torch.no_grad()
     def values(self, prompts: list[list[int]], token_budget: int) -> list[float]:
         self.eval()
-        out: list[float] = []
-        for chunk in _chunks(prompts, token_budget):
-            out += self(chunk).tolist()
+        out = [0.0] * len(prompts)
+        for part in budget_chunks(range(len(prompts)), token_budget, length=lambda i: len(prompts[i])):
+            for i, value in zip(part, self([prompts[i] for i in part]).tolist()):
+                out[i] = value
         return out
 
     def update(self, prompts: list[list[int]], returns: list[float], old_values: list[float],
@@ -65,7 +66,7 @@ class Critic(torch.nn.Module):
             for start in range(0, len(order), mini_batch_size):
                 idx = order[start:start + mini_batch_size]
                 self.optimizer.zero_grad(set_to_none=True)
-                for part in _chunks(idx, token_budget, key=lambda i: len(prompts[i])):
+                for part in budget_chunks(idx, token_budget, length=lambda i: len(prompts[i])):
                     v = self([prompts[i] for i in part])
                     target = torch.tensor([returns[i] for i in part], device=v.device)
                     old = torch.tensor([old_values[i] for i in part], device=v.device)
@@ -92,21 +93,6 @@ class Critic(torch.nn.Module):
             raise FileNotFoundError(f"checkpoint {path.parent} has no critic ({file} is missing)")
         self.load_state_dict(load_file(file))
         self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
-
-
-def _chunks(items: list, token_budget: int, key=len):
-    """Consecutive groups of items whose padded size (count x longest) stays within the budget."""
-    current: list = []
-    longest = 0
-    for item in items:
-        longest_if = max(longest, key(item))
-        if current and (len(current) + 1) * longest_if > token_budget:
-            yield current
-            current, longest_if = [], key(item)
-        current.append(item)
-        longest = longest_if
-    if current:
-        yield current
 
 
 def value_metrics(values: list[float], returns: list[float]) -> dict[str, float]:

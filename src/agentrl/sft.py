@@ -5,8 +5,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-
-
 from agentrl.actor.batch import TrainSample, micro_batches
 from agentrl.actor.single import SingleActor
 from agentrl.data import read_chat_dataset
@@ -29,15 +27,15 @@ def encode_conversation(tokenizer, messages: list[dict], prompt_weight: float = 
     response_ids.append(tokenizer.eos_token_id)
     if prompt_weight <= 0:
         return TrainSample.from_turn(prompt_ids, response_ids, weight=[1.0] * len(response_ids))
-    return TrainSample(ids=prompt_ids + response_ids, mask=[False] + [True] * (len(prompt_ids) + len(response_ids) - 1),
-                       values={"weight": [prompt_weight] * (len(prompt_ids) - 1) + [1.0] * len(response_ids)})
+    return TrainSample(prompt_ids + response_ids, [False] + [True] * (len(prompt_ids) + len(response_ids) - 1),
+                       weight=[prompt_weight] * (len(prompt_ids) - 1) + [1.0] * len(response_ids))
 
 
 def sft_loss(actor, total_weight: float):
     """Weighted NLL; divided by the whole batch's weight so micro-batching does not matter."""
     def loss_fn(batch):
         logp, _ = actor.token_logprobs(batch)
-        weight = batch.values["weight"]
+        weight = batch.weight
         nll = -(weight * logp).sum()
         response = weight == 1.0
         return nll / total_weight, {"nll_sum": -logp[response].sum().detach(), "response_tokens": response.sum()}
@@ -60,7 +58,7 @@ def train_sft(model, tokenizer, data_path: str | Path, sft_cfg, seed: int, out_d
             rng.shuffle(order)
             for i in range(0, len(order), sft_cfg.batch_size):
                 chunk = order[i:i + sft_cfg.batch_size]
-                total_weight = sum(sum(s.values["weight"]) for s in chunk)
+                total_weight = sum(sum(s.weight) for s in chunk)
                 batches = micro_batches(chunk, sft_cfg.micro_batch_tokens, tokenizer.pad_token_id)
                 metrics = actor.optimizer_step([(batches, sft_loss(actor, total_weight))])
                 step += 1

@@ -146,7 +146,7 @@ class RLTrainer:
         flat = [a for values in batch.advantages.values for a in values]
         for step_sample, sample, a in zip(steps, batch.samples, flat):
             step_sample.advantage = a
-            sample.values["advantages"] = [a] * sample.n_targets
+            sample.advantages = [a] * sample.n_targets
         self._hook("shape", batch, timing)  # per-token reweighting, measurements
         with timed(timing, "aux_prepare"):
             aux_batches = {aux.name: aux.prepare(usable, step) for aux in self.aux_losses}
@@ -189,7 +189,7 @@ class RLTrainer:
                 lengths = [s.n_targets for s in chunk]
                 weights = aggregation_weights(lengths, rl.loss_agg, distributed.all_sum([sum(lengths), len(lengths)]))
                 for s, w in zip(chunk, weights):
-                    s.values["agg_weight"] = [w] * s.n_targets
+                    s.weight = [w] * s.n_targets
                 parts = [(micro_batches(chunk, rl.micro_batch_tokens, pad), self._policy_loss())] if chunk else []
                 for aux in self.aux_losses:
                     share = aux_batches[aux.name].samples[k::n_chunks]
@@ -206,17 +206,16 @@ class RLTrainer:
 
         def loss_fn(batch):
             logp, entropy = self.actor.token_logprobs(batch, temperature, entropy=True)
-            v = batch.values
-            weight = v["agg_weight"]  # (N,): rl.loss_agg over the whole mini-batch
-            pg, counts = loss_impl(logp, v["old_logprobs"], v["advantages"], batch.sample_index, rl.loss)
+            weight = batch.weight  # (N,): rl.loss_agg over the whole mini-batch
+            pg, counts = loss_impl(logp, batch.old_logprobs, batch.advantages, batch.sample_index, rl.loss)
             total = (weight * pg).sum()
             # kl_old: mean of log(old / new) per token; ~0 on the first mini-batch of an update,
             # where the actor must score the sampled tokens exactly as the sampler did.
             metrics = {"pg_loss": pg.sum().detach(), "entropy": entropy.sum().detach(),
-                       "kl_old": (v["old_logprobs"] - logp).sum().detach(),
+                       "kl_old": (batch.old_logprobs - logp).sum().detach(),
                        **{k: c.detach() for k, c in counts.items()}}
             if self.uses_reference and not rl.kl_in_reward:
-                kl = KL_ESTIMATORS.get(rl.kl_estimator)(logp, v["ref_logprobs"])
+                kl = KL_ESTIMATORS.get(rl.kl_estimator)(logp, batch.ref_logprobs)
                 total = total + rl.kl_coef * (weight * kl).sum()
                 metrics["kl"] = kl.sum().detach()
             if rl.entropy_coef:

@@ -17,6 +17,22 @@ from agentrl.actor.batch import TokenBatch
 LossFn = Callable[[TokenBatch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 
+def backward_all(work: list[tuple[TokenBatch, LossFn, float]], device, backward: Callable[[torch.Tensor, bool], None]
+                 ) -> dict[str, float]:
+    """Every backend's gradient accumulation: for each (batch, loss_fn, scale) of `work`, the loss
+    of the batch (moved to `device`) times `scale` goes to `backward(loss, last)` (`last` marks the
+    final micro-batch, where gradients are synchronised); the metrics of the micro-batches with a
+    non-zero scale (not the zero-weighted repeats that pad a rank) are summed."""
+    totals: dict[str, float] = {}
+    for i, (batch, loss_fn, scale) in enumerate(work):
+        loss, metrics = loss_fn(batch.to(device))
+        backward(loss * scale, i == len(work) - 1)
+        if scale:
+            for key, value in metrics.items():
+                totals[key] = totals.get(key, 0.0) + float(value)
+    return totals
+
+
 class Actor(Protocol):
     def token_logprobs(self, batch: TokenBatch, temperature: float = 1.0, entropy: bool = False
                        ) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from agentrl.actor.base import backward_all
 from agentrl.actor.fsdp import TokenHead, call_root, padded_work, summed_over_ranks, write_plain_copy
 from agentrl.actor.single import make_optimizer
 from agentrl.distributed import device
@@ -57,21 +58,17 @@ class DeepSpeedActor:
     def token_hidden(self, batch):
         return call_root(self.engine, batch, hidden=True)
 
+    def _backward(self, loss: torch.Tensor, last: bool) -> None:
+        self.engine.set_gradient_accumulation_boundary(last)
+        self.engine.backward(loss * self.world)
+
     def _idle_loss(self, batch):
         return self.token_logprobs(batch)[0].sum(), {}
 
     def optimizer_step(self, parts) -> dict[str, float]:
         self.engine.train()
-        work = padded_work(parts, self._idle_loss)
-        totals: dict[str, float] = {}
         lr = self.scheduler.get_last_lr()[0]
-        for i, (batch, loss_fn, scale) in enumerate(work):
-            self.engine.set_gradient_accumulation_boundary(i == len(work) - 1)
-            loss, metrics = loss_fn(batch.to(device()))
-            self.engine.backward(loss * scale * self.world)
-            if scale:
-                for key, value in metrics.items():
-                    totals[key] = totals.get(key, 0.0) + float(value)
+        totals = backward_all(padded_work(parts, self._idle_loss), device(), self._backward)
         self.engine.step()
         grad_norm = self.engine.get_global_grad_norm()  # before clipping
         return {**summed_over_ranks(totals), "lr": lr, "grad_norm": float(grad_norm if grad_norm is not None else 0.0)}

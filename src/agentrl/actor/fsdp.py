@@ -28,6 +28,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_optimizer_state_dict)
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
+from agentrl.actor.base import backward_all
 from agentrl.actor.batch import TokenBatch, TrainSample, collate
 from agentrl.actor.single import make_optimizer, response_logprobs, trained_hidden
 from agentrl.distributed import device
@@ -72,7 +73,7 @@ class TokenHead(torch.nn.Module):
 
     def forward(self, input_ids, attention_mask, mask, temperature: float = 1.0, entropy: bool = False,
                 hidden: bool = False):
-        batch = TokenBatch(input_ids, attention_mask, mask, {}, None)
+        batch = TokenBatch(input_ids, attention_mask, mask)
         if hidden:
             return trained_hidden(self.model, batch)
         return response_logprobs(self.model, batch, temperature, entropy)
@@ -113,15 +114,7 @@ class FSDPActor:
         """One update from every rank's (micro-batches, loss_fn) parts; metrics summed over ranks."""
         self.net.train()
         self.optimizer.zero_grad(set_to_none=True)
-        work = padded_work(parts, self._idle_loss)
-        totals: dict[str, float] = {}
-        for i, (batch, loss_fn, scale) in enumerate(work):
-            self.net.set_requires_gradient_sync(i == len(work) - 1)
-            loss, metrics = loss_fn(batch.to(device()))
-            (loss * scale * self.world).backward()
-            if scale:
-                for key, value in metrics.items():
-                    totals[key] = totals.get(key, 0.0) + float(value)
+        totals = backward_all(padded_work(parts, self._idle_loss), device(), self._backward)
         grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.net.parameters() if p.requires_grad],
                                                    self.grad_clip)
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
@@ -130,6 +123,10 @@ class FSDPActor:
             self.optimizer.step()
             self.scheduler.step()
         return {**summed_over_ranks(totals), "lr": lr, "grad_norm": float(grad_norm)}
+
+    def _backward(self, loss: torch.Tensor, last: bool) -> None:
+        self.net.set_requires_gradient_sync(last)
+        (loss * self.world).backward()
 
     def _idle_loss(self, batch):
         return self.token_logprobs(batch)[0].sum(), {}

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from agentrl.actor.base import backward_all
 from agentrl.actor.batch import TokenBatch
 from agentrl.distributed import model_device
 from agentrl.kernels import linear_logprob
@@ -63,13 +64,8 @@ class SingleActor:
     def optimizer_step(self, parts) -> dict[str, float]:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        totals: dict[str, float] = {}
-        for batches, loss_fn in parts:
-            for batch in batches:
-                loss, metrics = loss_fn(batch.to(model_device(self.model)))
-                loss.backward()
-                for key, value in metrics.items():
-                    totals[key] = totals.get(key, 0.0) + float(value)
+        work = [(batch, loss_fn, 1.0) for batches, loss_fn in parts for batch in batches]
+        totals = backward_all(work, model_device(self.model), lambda loss, last: loss.backward())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.grad_clip)
         totals["lr"] = self.scheduler.get_last_lr()[0]
         if torch.isfinite(grad_norm):

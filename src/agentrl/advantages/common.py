@@ -1,4 +1,4 @@
-"""Shared pieces of the step-level estimators: discounted returns, GAE, anchor-state groups."""
+"""Shared pieces of the estimators: discounted returns, GAE, anchor-state groups, group normalisation."""
 
 from __future__ import annotations
 
@@ -35,12 +35,26 @@ def anchor_groups(group, values: dict[int, list[float]]) -> dict[str, list[float
     return groups
 
 
-def normalize(value: float, pool: list[float], use_std: bool, eps: float) -> float:
-    """(value - mean) [/ (std + eps)] over pool; 0 for a pool of one."""
+def normalize(values: list[float], pool: list[float], std: str | None, eps: float) -> list[float]:
+    """Group normalisation, for every estimator and the GCD judge: (x - mean) / (std + eps) of
+    each x in `values`, with the mean and std of `pool`; only centred when `std` is None; all 0
+    when the pool has fewer than two values (no spread to measure).
+
+    `std="sample"` is the unbiased estimate (torch.std, as in verl): an estimator's group is a
+    sample of the policy's outcomes on its task. `std="population"` divides by n instead of n - 1:
+    GCD's judgments of one pair, whose group is taken as the whole population."""
     if len(pool) < 2:
-        return 0.0
-    centred = value - statistics.fmean(pool)
-    return centred / (statistics.stdev(pool) + eps) if use_std else centred
+        return [0.0] * len(values)
+    mean = statistics.fmean(pool)
+    if std is None:
+        return [x - mean for x in values]
+    scale = {"sample": statistics.stdev, "population": statistics.pstdev}[std](pool) + eps
+    return [(x - mean) / scale for x in values]
+
+
+def sample_std(flag: bool) -> str | None:
+    """An estimator's `*_std` switch as `normalize`'s std: the sample std, or none."""
+    return "sample" if flag else None
 
 
 def anchor_size_metrics(sizes: list[int]) -> dict[str, float]:

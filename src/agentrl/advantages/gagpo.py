@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 
 from agentrl.advantages import Advantages, register
-from agentrl.advantages.common import anchor_groups, anchor_size_metrics, discounted_returns, gae, normalize
+from agentrl.advantages.common import anchor_groups, anchor_size_metrics, discounted_returns, gae, normalize, sample_std
 from agentrl.config import GAGPOConfig
 from agentrl.rollout.types import group_by_id
 
@@ -32,5 +32,5 @@ def gagpo(trajectories, config) -> Advantages:
             raw[id(t)] = [a - s.penalty for a, s in zip(out, t.steps)]
         pool = [a for t in group for a in raw[id(t)]]
         for t in group:
-            values[id(t)] = [normalize(a, pool, config.normalize_std, config.eps) for a in raw[id(t)]]
+            values[id(t)] = normalize(raw[id(t)], pool, sample_std(config.normalize_std), config.eps)
     return Advantages([values[id(t)] for t in trajectories], anchor_size_metrics(sizes))

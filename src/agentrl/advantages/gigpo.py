@@ -9,7 +9,7 @@ group whose raw observation is identical. A singleton anchor group gives A_step 
 from __future__ import annotations
 
 from agentrl.advantages import Advantages, register
-from agentrl.advantages.common import anchor_groups, anchor_size_metrics, discounted_returns, normalize
+from agentrl.advantages.common import anchor_groups, anchor_size_metrics, discounted_returns, normalize, sample_std
 from agentrl.config import GiGPOConfig
 from agentrl.rollout.types import group_by_id
 
@@ -26,8 +26,9 @@ def gigpo(trajectories, config) -> Advantages:
         anchors = anchor_groups(group, returns)
         sizes += [len(v) for v in anchors.values()]
         for t in group:
-            episode = normalize(t.episode_reward, episode_rewards, config.episode_std, config.eps)
+            [episode] = normalize([t.episode_reward], episode_rewards, sample_std(config.episode_std), config.eps)
             values[id(t)] = [
-                episode + config.step_weight * normalize(r, anchors[s.anchor], config.step_std, config.eps)
+                episode + config.step_weight * normalize([r], anchors[s.anchor], sample_std(config.step_std),
+                                                         config.eps)[0]
                 for s, r in zip(t.steps, returns[id(t)])]
     return Advantages([values[id(t)] for t in trajectories], anchor_size_metrics(sizes))

@@ -8,9 +8,8 @@ with a single sample (or zero spread without std division) gives advantage 0 the
 
 from __future__ import annotations
 
-import statistics
-
 from agentrl.advantages import Advantages, register
+from agentrl.advantages.common import normalize, sample_std
 from agentrl.config import GRPOConfig
 from agentrl.rollout.types import group_by_id
 
@@ -24,12 +23,6 @@ def grpo(trajectories, config) -> Advantages:
             pool = [x for t in group for x in scores[id(t)]]
         else:
             pool = [t.episode_reward for t in group]
-        if len(pool) < 2:
-            for t in group:
-                values[id(t)] = [0.0] * t.length
-            continue
-        mean = statistics.fmean(pool)
-        scale = statistics.stdev(pool) + config.eps if config.normalize_std else 1.0
         for t in group:
-            values[id(t)] = [(x - mean) / scale for x in scores[id(t)]]
+            values[id(t)] = normalize(scores[id(t)], pool, sample_std(config.normalize_std), config.eps)
     return Advantages([values[id(t)] for t in trajectories])

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import torch
 
-from agentrl.actor.batch import budget_chunks, micro_batches
+from agentrl.actor.batch import per_sample
+from agentrl.actor.single import trained_hidden
 from agentrl.components import Component, StepBatch
-from agentrl.distributed import model_device
 
 
 def coupling(h_a, y_a, p_a, h_b, y_b, p_b) -> torch.Tensor:
@@ -48,22 +48,13 @@ def nthr_token_weights(h_pos, y_pos, h_neg, y_neg, head_weight, temperature: flo
 @torch.no_grad()
 def token_hidden(model, samples, pad_id: int, token_budget: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(hidden (n, H), targets (n,)) of every sample's trained tokens, in the samples' order."""
-    out = {}
-    for batch_samples in budget_chunks(samples, token_budget):
-        batch = micro_batches(batch_samples, 10**12, pad_id)[0].to(model_device(model))
-        hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
-        hidden = hidden[:, :-1][batch.mask[:, 1:]].float()
-        targets = batch.input_ids[:, 1:][batch.mask[:, 1:]]
-        offset = 0
-        for s in sorted(batch_samples, key=lambda x: len(x.ids), reverse=True):
-            out[id(s)] = (hidden[offset:offset + s.n_targets], targets[offset:offset + s.n_targets])
-            offset += s.n_targets
-    return [out[id(s)] for s in samples]
+    hidden = per_sample(samples, token_budget, pad_id, lambda batch: trained_hidden(model, batch).float())
+    return [(h, torch.tensor(s.ids)[1:][torch.tensor(s.mask)[1:]].to(h.device)) for h, s in zip(hidden, samples)]
 
 
 def apply_nthr(model, samples, group_ids: list[int], config, temperature: float, pad_id: int,
                token_budget: int) -> dict[str, float]:
-    """Rescale `values["advantages"]` of the negative samples' tokens in place."""
+    """Rescale the per-token `advantages` of the negative samples in place."""
     features = token_hidden(model, samples, pad_id, token_budget)
     head = model.get_output_embeddings().weight.detach().float()
     groups: dict[int, list[int]] = {}
@@ -71,8 +62,8 @@ def apply_nthr(model, samples, group_ids: list[int], config, temperature: float,
         groups.setdefault(g, []).append(i)
     negative_tokens = downweighted = 0
     for members in groups.values():
-        pos = [i for i in members if samples[i].values["advantages"][0] > 0]
-        neg = [i for i in members if samples[i].values["advantages"][0] < 0]
+        pos = [i for i in members if samples[i].advantages[0] > 0]
+        neg = [i for i in members if samples[i].advantages[0] < 0]
         if not pos or not neg:
             continue
         h_pos = torch.cat([features[i][0] for i in pos])
@@ -82,9 +73,9 @@ def apply_nthr(model, samples, group_ids: list[int], config, temperature: float,
                                      config.tau, config.eta).tolist()
         offset = 0
         for i in neg:
-            values = samples[i].values["advantages"]
+            values = samples[i].advantages
             w = weights[offset:offset + len(values)]
-            samples[i].values["advantages"] = [a * x for a, x in zip(values, w)]
+            samples[i].advantages = [a * x for a, x in zip(values, w)]
             offset += len(values)
             negative_tokens += len(values)
             downweighted += sum(x != 1.0 for x in w)

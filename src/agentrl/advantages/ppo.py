@@ -11,10 +11,8 @@ the baseline).
 
 from __future__ import annotations
 
-import statistics
-
 from agentrl.advantages import Advantages, register
-from agentrl.advantages.common import gae
+from agentrl.advantages.common import gae, normalize
 from agentrl.config import PPOConfig
 
 
@@ -33,8 +31,8 @@ def ppo(trajectories, config) -> Advantages:
         adv = gae([s.reward - s.penalty for s in t.steps], values, config.gamma, config.lam)
         raw.append(adv)
         returns.append([a + value for a, value in zip(adv, values)])
-    flat = [a for adv in raw for a in adv]
-    if config.normalize and len(flat) > 1:
-        mean, std = statistics.fmean(flat), statistics.stdev(flat)
-        raw = [[(a - mean) / (std + config.eps) for a in adv] for adv in raw]
+    if config.normalize:  # whitened over the whole batch
+        flat = [a for adv in raw for a in adv]
+        whitened = iter(normalize(flat, flat, "sample", config.eps))
+        raw = [[next(whitened) for _ in adv] for adv in raw]
     return Advantages(raw, returns=returns)

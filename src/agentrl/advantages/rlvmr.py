@@ -64,6 +64,6 @@ def rlvmr(trajectories, config) -> Advantages:
             row = values[index[id(t)]]
             for i, (tag, r) in enumerate(rewards[id(t)]):
                 if tag is not None:
-                    row[i] += config.meta_weight * normalize(r, pools[tag], True, config.eps)
+                    row[i] += config.meta_weight * normalize([r], pools[tag], "sample", config.eps)[0]
     total = max(sum(len(t.steps) for t in trajectories), 1)
     return Advantages(values, {f"meta_share_{tag}": counts[tag] / total for tag in META_TAGS})

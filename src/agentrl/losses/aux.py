@@ -57,7 +57,7 @@ class ChatSFTLoss(Component):
         return AuxBatch(rng.sample(self.samples, min(self.batch_size, len(self.samples))))
 
     def loss(self, actor, batch):
-        return -batch.values["weight"] * actor.token_logprobs(batch)[0], {}
+        return -batch.weight * actor.token_logprobs(batch)[0], {}
 
 
 @AUX_LOSSES.register("chat_sft", ChatSFTAuxConfig)

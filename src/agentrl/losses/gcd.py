@@ -16,8 +16,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from agentrl.actor.batch import TrainSample, collate
+from agentrl.actor.batch import TokenBatch, TrainSample, collate
 from agentrl.actor.single import trained_hidden
+from agentrl.advantages.common import normalize
 from agentrl.components import Component
 from agentrl.config import GCDAuxConfig
 from agentrl.gcd.correction import PromptCorrection
@@ -50,8 +51,7 @@ def judgment_reward(verdict: bool | None, label: bool) -> float:
 def group_advantages(rewards: list[float]) -> list[float]:
     """GRPO within one pair's judgments: (r - mean) / (std + 1e-6) with the population std (the
     group is every judgment of the pair, not a sample of them); 0 for a group that agrees."""
-    mean, std = statistics.fmean(rewards), statistics.pstdev(rewards)
-    return [(r - mean) / (std + 1e-6) for r in rewards]
+    return normalize(rewards, rewards, "population", 1e-6)
 
 
 def eval_pairs(judge, trajectories, seed: int):
@@ -123,13 +123,13 @@ class GCDLoss(Component):
         return {"judge_accuracy": statistics.fmean(v == x.label for v, x in zip(verdicts, chosen)),
                 "judge_pairs": len(chosen)}
 
-    def token_loss(self, logp: torch.Tensor, tokens: dict[str, torch.Tensor]) -> torch.Tensor:
+    def token_loss(self, logp: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
         segments = torch.zeros_like(logp, dtype=torch.long)
-        loss, _ = ppo_clip(logp, tokens["old_logprobs"], tokens["advantages"], segments, self.config.clip)
+        loss, _ = ppo_clip(logp, batch.old_logprobs, batch.advantages, segments, self.config.clip)
         return loss
 
     def loss(self, actor, batch):
-        return self.token_loss(actor.token_logprobs(batch)[0], batch.values), {}
+        return self.token_loss(actor.token_logprobs(batch)[0], batch), {}
 
 
 class ClassifierJudgeLoss(Component):
@@ -150,24 +150,24 @@ class ClassifierJudgeLoss(Component):
         return list(self.head.parameters())
 
     def loss(self, actor, batch):
-        return self.hidden_loss(actor.token_hidden(batch), batch.values)
+        return self.hidden_loss(actor.token_hidden(batch), batch)
 
     def _sample(self, labelled) -> TrainSample:
         ids = encode_prompt(self.tokenizer, judge_prompt(labelled.step))
         # One trained position: the hidden state that would predict the answer's first token.
         return TrainSample(ids + [self.tokenizer.eos_token_id], [False] * len(ids) + [True],
-                           {"label": [float(labelled.label)]})
+                           target=[float(labelled.label)])
 
     def prepare(self, trajectories, step: int) -> AuxBatch:
         chosen, metrics = select_pairs(self, trajectories, step)
         return AuxBatch([self._sample(x) for x in chosen], metrics)
 
-    def hidden_loss(self, hidden: torch.Tensor, tokens: dict[str, torch.Tensor]):
+    def hidden_loss(self, hidden: torch.Tensor, batch: TokenBatch):
         """Per-sample BCE (N,) from the hidden states (N, H), and the number judged right
         (the trainer divides by the sample count)."""
         logits = self.head(hidden).squeeze(-1).float()
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, tokens["label"], reduction="none")
-        return loss, {"judge_accuracy": ((logits > 0).float() == tokens["label"]).float().sum().detach()}
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, batch.target, reduction="none")
+        return loss, {"judge_accuracy": ((logits > 0).float() == batch.target).float().sum().detach()}
 
     @torch.no_grad()
     def evaluate(self, trajectories, seed: int) -> dict[str, float]:
@@ -176,7 +176,7 @@ class ClassifierJudgeLoss(Component):
             return {}
         batch = collate([self._sample(x) for x in chosen], self.tokenizer.pad_token_id)
         hidden = trained_hidden(self.model, batch)
-        _, metrics = self.hidden_loss(hidden, batch.to(hidden.device).values)
+        _, metrics = self.hidden_loss(hidden, batch.to(hidden.device))
         return {"judge_accuracy": float(metrics["judge_accuracy"]) / len(chosen), "judge_pairs": len(chosen)}
 
     def save(self, path) -> None:
