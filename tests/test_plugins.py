@@ -110,3 +110,39 @@ def test_registering_a_name_twice_or_without_its_type_field_is_an_error():
 
     ADVANTAGES.register("mine_ok", Mine, target=lambda trajectories, config: None)
     assert "mine_ok" in ADVANTAGES.names()
+
+
+
+
+def test_a_plugin_component_and_train_resume_against_changed_plugin_code(tmp_path, tiny_model_dir, capsys):
+    """The README's component, from a user file, hooks into the step; `agentrl train` into a folder with
+    checkpoints needs --resume or --overwrite, and refuses to resume once the plugin's code changed."""
+    from conftest import COMPACT
+
+    plugin = tmp_path / "step_cost.py"
+    code = readme_block("python", "# step_cost.py")
+    plugin.write_text(code)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(json.dumps({
+        "imports": ["step_cost.py"], "run_dir": str(tmp_path / "run"), "env": {"type": "household", "max_steps": 4},
+        "prompt": {"template": COMPACT, "history_length": 1}, "sampling": {"max_new_tokens": 6},
+        "rl": {"steps": 1, "tasks_per_step": 1, "group_size": 2, "components": [{"type": "step_cost", "cost": 0.5}]},
+        "eval": {"episodes": 1, "splits": ["l0"]}}))
+    train = ["train", str(recipe), "--model", str(tiny_model_dir)]
+    assert main(train) == 0
+    [row] = [json.loads(line) for line in (tmp_path / "run" / "rl" / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert row["step_cost/charged"] == pytest.approx(0.5 * 2 * row["rollout/length"])
+    capsys.readouterr()
+
+    assert main(train) == 2
+    assert "add --resume to continue that run or --overwrite" in capsys.readouterr().err
+    plugin.write_text(code.replace("cost: float = 0.1", "cost: float = 0.2"))
+    assert main([*train, "--resume", "--set", "rl.steps=2"]) == 2
+    err = capsys.readouterr().err
+    assert f"plugin {plugin}:" in err and "--overwrite starts over" in err and "Traceback" not in err
+    assert main([*train, "--overwrite", "--set", "rl.steps=2"]) == 0
+    rows = (tmp_path / "run" / "rl" / "logs" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in rows] == [1, 2]
+
+    with pytest.raises(ConfigError, match="trainer component 'step_costs'; registered: step_cost"):
+        load_config(recipe, ["rl.components=[{type: step_costs}]"])

@@ -171,13 +171,11 @@ def _model(args, config) -> str:
 def _train(args, config) -> int:
     import shutil
 
-    import yaml
-
     from agentrl import distributed
     from agentrl.checkpoint import latest_checkpoint
-    from agentrl.config import save_config, validate_config
+    from agentrl.config import save_config
     from agentrl.pipeline import rl_settings, train_rl
-    from agentrl.provenance import changes
+    from agentrl.provenance import Phases, changes
 
     if config.rl is None:
         raise ConfigError(f"{args.recipe}: the recipe has no rl section")
@@ -186,9 +184,9 @@ def _train(args, config) -> int:
     if ckpt is not None and not (args.resume or args.overwrite):
         raise ConfigError(f"{run_dir} holds checkpoints (last: {ckpt.name}): add --resume to continue that run "
                           f"or --overwrite to start over")
-    if ckpt is not None and args.resume and (run_dir / "config.yaml").exists():
-        saved = validate_config(yaml.safe_load((run_dir / "config.yaml").read_text()), str(run_dir / "config.yaml"))
-        diff = changes(rl_settings(saved), rl_settings(config))
+    phases, settings = Phases(run_dir), rl_settings(config)
+    if ckpt is not None and args.resume and "rl" in phases.done:
+        diff = changes(phases.done["rl"], settings)
         if diff:
             raise ConfigError(f"{run_dir} was trained with other settings ({'; '.join(diff)}): "
                               f"resuming would mix them; --overwrite starts over")
@@ -198,6 +196,7 @@ def _train(args, config) -> int:
             shutil.rmtree(run_dir, ignore_errors=True)
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(config, run_dir / "config.yaml")
+        phases.complete("rl", settings)
     distributed.barrier()
     results = train_rl(config, _model(args, config), run_dir, resume=args.resume)
     if distributed.is_main():

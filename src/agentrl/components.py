@@ -13,7 +13,9 @@ and, outside the step, `evaluate` (numbers added to each split's results), `para
 by the actor's optimiser beside the model), `state` / `load_state` (JSON run state for
 checkpoints) and `save` / `load` (tensors, in checkpoints/step_N/<name>/). Every hook is optional:
 a component overrides the ones it needs. Auxiliary losses are components too; an estimator's
-registry entry may bring its own (PPO's critic).
+registry entry may bring its own (PPO's critic). A plugin adds one with a config class and a
+builder `(config, context) -> Component` registered in `agentrl.registry.COMPONENTS`, used by
+`rl.components: [{type: ...}]`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import torch
 from agentrl.actor.batch import TrainSample, per_sample
 from agentrl.actor.single import response_logprobs
 from agentrl.advantages import Advantages
-from agentrl.registry import ADVANTAGES, AUX_LOSSES, KL_ESTIMATORS
+from agentrl.registry import ADVANTAGES, AUX_LOSSES, COMPONENTS, KL_ESTIMATORS
 from agentrl.rollout.types import StepSample, Trajectory
 
 
@@ -146,8 +148,8 @@ class KLRewardPenalty(Component):
 
 def build_components(ctx: Context) -> tuple[list[Component], list]:
     """The run's components, in hook order: the reference and the KL penalty, those the
-    estimator brings, NTHR, the coupling lab, then the auxiliary losses (also returned apart:
-    their losses join the update)."""
+    estimator brings, NTHR, the coupling lab, the plugins' (`rl.components`), then the auxiliary
+    losses (also returned apart: their losses join the update)."""
     from agentrl.advantages.nthr import NTHR
     from agentrl.analysis.coupling import CouplingLab
     from agentrl.models import load_model
@@ -171,5 +173,9 @@ def build_components(ctx: Context) -> tuple[list[Component], list]:
     if rl.coupling_every:
         components.append(CouplingLab(ctx.policy, ctx.tokenizer, rl.coupling_every, rl.coupling_pairs,
                                       rl.coupling_lr, config.seed))
+    components += [COMPONENTS.get(c.type)(c, ctx) for c in rl.components]
     aux_losses = [AUX_LOSSES.get(aux.type)(aux, ctx) for aux in rl.aux]
+    names = [c.name for c in components + aux_losses]
+    if len(set(names)) < len(names):
+        raise ValueError(f"trainer components need distinct names (their metrics and checkpoint folders): {names}")
     return components + aux_losses, aux_losses

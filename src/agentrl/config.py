@@ -16,8 +16,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentrl.prompting import DEFAULT_TEMPLATE, TEMPLATE_FIELDS
-from agentrl.registry import (ACTORS, ADVANTAGES, AUX_LOSSES, ENVIRONMENTS, KL_ESTIMATORS, POLICY_LOSSES, SAMPLERS,
-                              PluginError, load_plugin)
+from agentrl.registry import (ACTORS, ADVANTAGES, AUX_LOSSES, COMPONENTS, ENVIRONMENTS, KL_ESTIMATORS, POLICY_LOSSES,
+                              SAMPLERS, PluginError, load_plugin)
 
 
 class Section(BaseModel):
@@ -517,6 +517,9 @@ class RLConfig(Section):
     """Down-weight the penalty on negative tokens coupled to positive samples (Deng et al.)."""
     aux: list[Annotated[Section, AUX_LOSSES.field("")]] = []
     """Auxiliary losses added to the policy loss in the same optimiser step."""
+    components: list[Annotated[Section, COMPONENTS.field("")]] = []
+    """Plugin trainer components by `type` (`agentrl.components`: reward terms, token
+    reweighting, measurements), hooked into every step after the built-in ones."""
     eval_every: int = Field(0, ge=0)
     """Evaluate every N steps (0: only at the end)."""
     coupling_every: int = Field(0, ge=0)

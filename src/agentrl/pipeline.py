@@ -28,7 +28,7 @@ from agentrl.envs import make_env
 from agentrl.envs.pool import EnvPool
 from agentrl.evaluate import evaluate
 from agentrl.models import init_tiny_model, load_model, load_tokenizer
-from agentrl.provenance import Phases, config_settings, folder_fingerprint
+from agentrl.provenance import Phases, config_settings, folder_fingerprint, plugin_fingerprints
 from agentrl.sampler.hf import HFSampler
 from agentrl.sft import train_sft
 from agentrl.tracking import Tracker
@@ -111,7 +111,8 @@ def evaluate_checkpoint(config: Config, model_path: str, out_dir: Path, workers:
 
 def rl_settings(config: Config) -> dict:
     """What an RL run's steps depend on (its starting model aside)."""
-    return config_settings(config, "seed", "model.dtype", "env", "prompt", "sampling", "rl", exclude=RL_CONTINUABLE)
+    return {**config_settings(config, "seed", "model.dtype", "env", "prompt", "sampling", "rl", exclude=RL_CONTINUABLE),
+            **plugin_fingerprints(config)}
 
 
 # --- the pipeline ---------------------------------------------------------------------------------
@@ -128,14 +129,14 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
     phases = Phases(run_dir, say=lambda line: console.print(f"[bold]phase[/] {line}"))
     torch.manual_seed(config.seed)
 
-    model_path = config.model.path
+    model_path, plugins = config.model.path, plugin_fingerprints(config)
     if config.init is not None:
-        settings = {**config_settings(config, "seed", "init", "env", "prompt"), "model.path": model_path}
+        settings = {**config_settings(config, "seed", "init", "env", "prompt"), **plugins, "model.path": model_path}
         if not phases.reusable("init", settings, (Path(model_path) / "config.json").exists()):
             make_tiny_model(config, model_path)
             phases.complete("init", settings)
     upstream = {"model.path": model_path, "model.fingerprint": folder_fingerprint(model_path),
-                "model.dtype": config.model.dtype}
+                "model.dtype": config.model.dtype, **plugins}
 
     results = {"initial": _eval_phase(config, phases, "initial", model_path, upstream)}
 
@@ -146,7 +147,8 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
             data_settings = {"sft.data": str(data), "sft.data.fingerprint": _file_fingerprint(data)}
         else:
             data = sft_dir / "data.jsonl"
-            data_settings = config_settings(config, "seed", "env", "prompt", "sft.episodes", "sft.judgments")
+            data_settings = {**config_settings(config, "seed", "env", "prompt", "sft.episodes", "sft.judgments"),
+                             **plugins}
             if not phases.reusable("expert data", data_settings, data.exists()):
                 data.parent.mkdir(parents=True, exist_ok=True)
                 stats = expert_data(config, data, config.sft.episodes, config.sft.judgments)

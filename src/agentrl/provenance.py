@@ -1,8 +1,8 @@
 """Run provenance: every pipeline phase records the settings it depended on, and a rerun reuses a
 phase's output only when they are the same.
 
-A phase's settings are flat `dotted.key -> value` pairs taken from the config, plus those of the
-phases it builds on, so a change anywhere upstream reaches every phase after it, and the line
+A phase's settings are flat `dotted.key -> value` pairs taken from the config, plus a hash of
+each plugin's source, plus those of the phases it builds on, so a change anywhere upstream reaches every phase after it, and the line
 that says why a phase is redone can name the fields that changed. They are kept in
 `<run_dir>/phases.json`, written (atomically) after each phase completes.
 """
@@ -10,11 +10,15 @@ that says why a phase is redone can name the fields that changed. They are kept 
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.metadata
 import json
 import os
+import sys
 from pathlib import Path
 
 from agentrl.config import Config
+from agentrl.registry import ENTRY_POINT_GROUP
 
 
 def flatten(data, prefix: str = "") -> dict[str, object]:
@@ -46,6 +50,27 @@ def folder_fingerprint(path: str | Path) -> str | None:
         stat = file.stat()
         digest.update(f"{file.relative_to(path)}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
+
+
+def plugin_fingerprints(config: Config) -> dict[str, str]:
+    """`plugin <spec>` -> a short hash of the source of each of the run's imports (a package: all
+    its .py files), and the version of each installed `agentrl.plugins` package: a researcher's
+    edited environment or estimator is a changed setting like any other."""
+    out = {}
+    for spec in config.imports:
+        if spec.endswith(".py"):
+            files = [Path(spec)]
+        else:
+            module = sys.modules.get(spec) or importlib.import_module(spec)
+            source = Path(module.__file__)
+            files = sorted(source.parent.rglob("*.py")) if source.name == "__init__.py" else [source]
+        digest = hashlib.sha256()
+        for file in files:
+            digest.update(file.read_bytes())
+        out[f"plugin {spec}"] = digest.hexdigest()[:16]
+    for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        out[f"plugin {point.value}"] = f"{point.dist.name} {point.dist.version}" if point.dist else "installed"
+    return out
 
 
 def changes(old: dict, new: dict) -> list[str]:
