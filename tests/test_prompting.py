@@ -1,6 +1,7 @@
 import random
 import re
 import string
+import time
 
 from agentrl.envs.household import HouseholdEnv
 from agentrl.prompting import format_response, parse_action, render_prompt, HistoryEntry
@@ -33,13 +34,37 @@ def test_parser_survives_random_and_hostile_strings():
         action = parse_action(text)
         # Oracle: the same rule written with regular expressions.
         lower = text.lower()
-        match = re.search(r"<action>(.*?)</action>", lower, re.S)
+        match = re.search(r"<action>((?:(?!<action>).)*?)</action>", lower, re.S)  # the innermost opening
         expected = None
-        if match and re.search(r"<think>.*?</think>", lower[:match.start()], re.S):
+        if match and re.search(r"<think>.*?</think>", lower[:lower.find("<action>")], re.S):
             expected = " ".join(match.group(1).split()) or None
         assert action == expected, text
     # A huge runaway generation is parsed in linear time.
     assert parse_action("<think>" + "<action>" * 200_000) is None
+
+
+def test_nested_or_repeated_action_tags_give_a_clean_action():
+    assert parse_action("<think>x</think><action><action>go to desk 1</action></action>") == "go to desk 1"
+    assert parse_action("<think>x</think><action>look<action>Go to desk 1</action>") == "go to desk 1"
+    assert parse_action("<think>x</think><action>look</action><action>inventory</action>") == "look"
+    assert parse_action("<think>x</think><action><action></action>") is None
+
+
+def test_every_model_output_parser_is_linear_on_megabyte_inputs():
+    """Hostile megabyte replies (unclosed tags repeated, runaway white space): a quadratic parser
+    takes minutes on these (the old critique regex: 80k characters in 9 s)."""
+    from agentrl.gcd.judge import critique, parse_verdict
+    from agentrl.prompting import reasoning_tag
+
+    n = 1_000_000
+    hostile = ["<think>" * (n // 7), "<action>" * (n // 8), "<think>x</think>" + "<action>" * (n // 8),
+               "<verdict>" + " " * n, "<verdict> " * (n // 10), "<planning>" * (n // 10) + "<action>a</action>",
+               "</think>" * (n // 8) + "<think>", "<explore>" * (n // 9) + "</explore>" * (n // 10)]
+    for text in hostile:
+        start = time.perf_counter()
+        parse_action(text), reasoning_tag(text), parse_verdict(text), critique(text)
+        assert time.perf_counter() - start < 2.0, text[:40]
+    assert critique("<think>" * 1000 + "why</think><verdict>bad</verdict>") == "<think>" * 999 + "why"
 
 
 def test_expert_responses_round_trip():

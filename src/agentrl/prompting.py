@@ -63,18 +63,20 @@ def reasoning_tag(response: str) -> str | None:
 
 
 def parse_action(response: str, require_think: bool = True) -> str | None:
-    """The action of a response, or None when it holds no parseable action.
+    """The action of a response, or None when it holds no parseable action: the text of the first
+    closed `<action>` tag (the innermost opening before it, so nested tags give the clean action).
 
     Linear time in the response length (plain `find`, no backtracking regex), so hostile or
     runaway generations cost nothing.
     """
     lower = response.lower()
-    start = lower.find("<action>")
-    if start < 0:
+    first = lower.find("<action>")
+    if first < 0:
         return None
-    end = lower.find("</action>", start + 8)
+    end = lower.find("</action>", first + 8)
     if end < 0:
         return None
+    start = lower.rfind("<action>", first, end)
     if require_think and reasoning_tag(response) is None:
         return None
     action = " ".join(lower[start + 8:end].split())

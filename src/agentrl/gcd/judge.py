@@ -19,7 +19,6 @@ from agentrl.rollout.types import StepSample
 JUDGE_INSTRUCTION = ("Was this action good or bad for the task? Think briefly inside <think> </think>, "
                      "then answer <verdict>good</verdict> or <verdict>bad</verdict>.")
 _VERDICT = re.compile(r"<verdict>\s*(good|bad)\s*</verdict>", re.IGNORECASE)
-_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 
 
 def judge_prompt(step: StepSample) -> str:
@@ -40,9 +39,12 @@ def parse_verdict(text: str) -> bool | None:
 
 
 def critique(text: str) -> str:
-    """The reasoning of a judgment (the <think> text), or the whole reply without tags."""
-    match = _THINK.search(text)
-    return (match.group(1) if match else _VERDICT.sub("", text)).strip()
+    """The reasoning of a judgment (the first closed <think> text), or the whole reply without its
+    verdict tags. Linear time: plain `find` (a lazy regex rescans the rest of the text for every
+    unclosed <think>)."""
+    start = text.find("<think>")
+    end = text.find("</think>", start + 7) if start >= 0 else -1
+    return (text[start + 7:end] if end >= 0 else _VERDICT.sub("", text)).strip()
 
 
 def vote(verdicts: list[bool | None], agree: int) -> bool | None:
