@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from agentrl.config import ConfigError, load_config
+from agentrl.progress import stage
 
 
 def _recipe_args(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +22,7 @@ def _recipe_args(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentrl", description="RL for LLM agents in text environments")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an input error or interrupt")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="the recipe's pipeline: [init] -> eval -> SFT -> eval -> RL -> eval")
@@ -97,29 +100,45 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a command. Wrong input exits 2 with one line per problem and no traceback (`--debug` or
+    AGENTRL_DEBUG=1: with it); Ctrl-C exits 130 with one line saying where the work stopped."""
     args = build_parser().parse_args(argv)
+    import transformers
+    transformers.utils.logging.disable_progress_bar()  # per-file loading bars: noise in every log
+    debug = args.debug or os.environ.get("AGENTRL_DEBUG", "") not in ("", "0")
     try:
-        if args.command == "model" and args.model_command == "import-smollm2":
-            from agentrl.models import import_smollm2
-            print(import_smollm2(args.out))
-            return 0
-        if args.command == "serve":
-            return _serve(args)
-        if args.command == "export":
-            from agentrl.models import export_model
-            try:
-                print(export_model(args.checkpoint, args.out, args.base))
-            except (FileNotFoundError, ValueError) as err:
-                print(f"export: {err}", file=sys.stderr)
-                return 2
-            return 0
-        if args.command == "analyze":
-            return _analyze(args)
-        config = load_config(args.recipe, args.set, args.imports)
-        return _dispatch(args, config)
+        return _command(args)
     except ConfigError as err:
+        if debug:
+            raise
         print(err, file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"interrupted at {stage()}; rerun the same command to continue", file=sys.stderr)
+        return 130
+
+
+def _command(args) -> int:
+    if args.command == "model" and args.model_command == "import-smollm2":
+        from agentrl.models import import_smollm2
+        print(import_smollm2(args.out))
+        return 0
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "export":
+        from agentrl.models import export_model
+        try:
+            print(export_model(args.checkpoint, args.out, args.base))
+        except (FileNotFoundError, ValueError) as err:
+            print(f"export: {err}", file=sys.stderr)
+            return 2
+        return 0
+    if args.command == "analyze":
+        return _analyze(args)
+    config = load_config(args.recipe, args.set, args.imports)
+    return _dispatch(args, config)
 
 
 def _dispatch(args, config) -> int:
@@ -162,10 +181,12 @@ def _dispatch(args, config) -> int:
 
 
 def _model(args, config) -> str:
+    from agentrl.models import resolve_model
+
     path = args.model or config.model.path
     if path is None:
         raise ConfigError(f"{args.recipe}: give --model or the recipe's model.path")
-    return path
+    return resolve_model(path)
 
 
 def _train(args, config) -> int:
@@ -179,6 +200,7 @@ def _train(args, config) -> int:
 
     if config.rl is None:
         raise ConfigError(f"{args.recipe}: the recipe has no rl section")
+    model = _model(args, config)
     run_dir = Path(config.run_dir) / "rl"
     ckpt = latest_checkpoint(run_dir)
     if ckpt is not None and not (args.resume or args.overwrite):
@@ -198,7 +220,7 @@ def _train(args, config) -> int:
         save_config(config, run_dir / "config.yaml")
         phases.complete("rl", settings)
     distributed.barrier()
-    results = train_rl(config, _model(args, config), run_dir, resume=args.resume)
+    results = train_rl(config, model, run_dir, resume=args.resume)
     if distributed.is_main():
         print(json.dumps(results, indent=2))
     return 0

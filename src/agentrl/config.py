@@ -21,7 +21,7 @@ from agentrl.registry import (ACTORS, ADVANTAGES, AUX_LOSSES, COMPONENTS, ENVIRO
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
 
 # --- environments ----------------------------------------------------------------------------
@@ -154,7 +154,7 @@ class GRPOConfig(Section):
     """step: mean/std over all step samples of the group (verl-agent); trajectory: over episodes."""
     normalize_std: bool = True
     """Divide by the group std (False gives Dr.GRPO-style mean-centring only)."""
-    eps: float = 1e-6
+    eps: float = Field(1e-6, gt=0)
     """Added to the std before dividing."""
 
 
@@ -174,7 +174,7 @@ class GiGPOConfig(Section):
     """Anchor-group normalisation: mean-std (True) or mean-only (False)."""
     episode_std: bool = True
     """Episode-level normalisation: mean-std (True) or mean-only (False)."""
-    eps: float = 1e-6
+    eps: float = Field(1e-6, gt=0)
     """Added to the std before dividing."""
 
 
@@ -187,7 +187,7 @@ class GAGPOConfig(Section):
     """GAE lambda (the paper's best: 0.8)."""
     normalize_std: bool = True
     """Divide by the rollout group's std after centring."""
-    eps: float = 1e-6
+    eps: float = Field(1e-6, gt=0)
     """Added to the std before dividing."""
 
 
@@ -200,7 +200,7 @@ class RLVMRConfig(Section):
     """The GRPO part, as for `grpo`."""
     normalize_std: bool = True
     """The GRPO part divides by the group std."""
-    eps: float = 1e-6
+    eps: float = Field(1e-6, gt=0)
     """Added to the std before dividing."""
     meta_weight: float = 1.0
     """Weight of the tag-normalised meta advantage added to the GRPO advantage."""
@@ -223,14 +223,14 @@ class PPOConfig(Section):
     """GAE lambda."""
     normalize: bool = True
     """Whiten the advantages over the batch."""
-    eps: float = 1e-6
+    eps: float = Field(1e-6, gt=0)
     """Added to the std when whitening."""
     critic_path: str | None = None
     """The critic's starting model (a causal LM folder; its body is kept, a zero value head is
     added). None: the actor's starting checkpoint."""
     critic_lr: float = Field(1e-5, gt=0)
     """Learning rate of the critic."""
-    critic_weight_decay: float = 0.01
+    critic_weight_decay: float = Field(0.01, ge=0)
     """AdamW weight decay of the critic."""
     critic_grad_clip: float = Field(1.0, gt=0)
     """Gradient norm clip of the critic."""
@@ -270,7 +270,7 @@ class NTHRConfig(Section):
     coupling to the group's positive tokens exceeds `tau` x the positives' own mean coupling
     (exact definition: agentrl/advantages/nthr.py)."""
 
-    tau: float = 1.0
+    tau: float = Field(1.0, ge=0)
     """Coupling threshold, relative to the positive tokens' own mean coupling."""
     eta: float = Field(0.5, ge=0, le=1)
     """Multiplier of the advantage of negative tokens above the threshold."""
@@ -364,9 +364,9 @@ class VLLMSamplerConfig(Section):
 class OptimConfig(Section):
     lr: float = Field(1e-6, gt=0)
     """Learning rate (constant after warmup)."""
-    weight_decay: float = 0.01
+    weight_decay: float = Field(0.01, ge=0)
     """AdamW weight decay."""
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.999)
     """AdamW betas."""
     grad_clip: float = Field(1.0, gt=0)
     """Gradient norm clip (the norm before clipping is logged)."""
@@ -636,13 +636,15 @@ def load_config(path: str | Path, overrides: list[str] = (), imports: list[str] 
     directory), apply `key.sub=value` overrides, validate."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"recipe {path} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+        raise ConfigError(f"recipe {path} does not exist" if not path.exists() else f"recipe {path} is not a file")
+    data = _read_yaml(path.read_bytes(), str(path))
+    if data is None:
+        raise ConfigError(f"{path}: the recipe is empty")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a recipe is a YAML mapping, got {type(data).__name__}")
     for item in overrides:
         key, sep, value = item.partition("=")
-        if not sep:
+        if not sep or not key or any(not part for part in key.split(".")):
             raise ConfigError(f"override {item!r} is not of the form key.sub=value")
         node = data
         *parents, leaf = key.split(".")
@@ -650,7 +652,7 @@ def load_config(path: str | Path, overrides: list[str] = (), imports: list[str] 
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r}: {part} is not a section")
-        node[leaf] = yaml.safe_load(value)
+        node[leaf] = _read_yaml(value.encode(), f"override {item!r}")
     recipe_imports = data.get("imports") or []
     if not isinstance(recipe_imports, list):
         raise ConfigError(f"{path}: imports: a list of modules or .py files")
@@ -663,13 +665,25 @@ def load_config(path: str | Path, overrides: list[str] = (), imports: list[str] 
     return validate_config(data, source=str(path))
 
 
+def _read_yaml(raw: bytes, source: str):
+    """YAML text (UTF-8) -> data; a syntax or encoding error names `source` and the position."""
+    try:
+        return yaml.safe_load(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{source}: not UTF-8 text (byte {err.start})") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{source}: YAML syntax error{where}: {problem}") from None
+
+
 def validate_config(data: dict, source: str = "config") -> Config:
+    """The Config of `data`; each validation error is one line `source: field.path: message`."""
     try:
         return Config.model_validate(data)
     except ValidationError as err:
-        lines = [f"{source}: invalid configuration"]
-        for e in err.errors():
-            lines.append(f"  {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}")
+        lines = [f"{source}: {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in err.errors()]
         raise ConfigError("\n".join(lines)) from None
 
 

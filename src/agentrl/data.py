@@ -6,6 +6,7 @@ import json
 import random
 from pathlib import Path
 
+from agentrl.config import ConfigError
 from agentrl.envs.base import NoExpertMove, sample_tasks
 from agentrl.prompting import HistoryEntry, format_response, render_prompt
 from agentrl.rollout.types import StepSample, Trajectory
@@ -66,15 +67,22 @@ def collect_expert_data(env, prompt, episodes: int, path: str | Path, seed: int,
 
 def read_chat_dataset(path: str | Path) -> list[list[dict]]:
     """The `messages` of every line; a malformed line is an error naming the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"chat dataset {path} does not exist")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"chat dataset {path}: not UTF-8 text (byte {err.start})") from None
     conversations = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             messages = json.loads(line)["messages"]
             assert isinstance(messages, list) and all({"role", "content"} <= set(m) for m in messages)
         except (json.JSONDecodeError, KeyError, TypeError, AssertionError):
-            raise ValueError(f"{path}:{number}: expected a JSON object with 'messages': "
+            raise ConfigError(f"{path}:{number}: expected a JSON object with 'messages': "
                              "[{'role': ..., 'content': ...}, ...]") from None
         conversations.append(messages)
     return conversations

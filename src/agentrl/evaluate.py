@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from agentrl.progress import set_stage
 from agentrl.rollout.collect import collect
 
 
@@ -49,6 +50,7 @@ def evaluate(pool, sampler, tokenizer, eval_cfg, prompt, seed: int, out_dir: Pat
     `components` adds its own numbers on each split's trajectories (a GCD judge: its accuracy)."""
     results = {}
     for split in eval_cfg.splits:
+        set_stage(f"evaluation {split}")
         tasks = pool.local.split_tasks(split)[:eval_cfg.episodes]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)

@@ -12,7 +12,11 @@ tokenizer encodes identically before and after a reload.
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
+import socket
+import urllib.parse
 from pathlib import Path
 
 import torch
@@ -20,6 +24,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
 
+from agentrl.config import ConfigError
 from agentrl.distributed import device
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -117,8 +122,45 @@ def import_smollm2(out_dir: str | Path) -> Path:
     return out_dir
 
 
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def resolve_model(path: str) -> str:
+    """`path` when it is a local model folder, or an explicit hub id (`org/name`) that is in the
+    local Hugging Face cache or can be fetched now; anything else is a ConfigError naming the
+    path, raised at once (a missing local-looking path is never sent to the hub)."""
+    local = Path(path).expanduser()
+    if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise ConfigError(f"model {path}: the folder has no config.json (not a Hugging Face model folder; "
+                              f"an unfinished phase's output is never under its final name)")
+        return str(local)
+    if not HUB_ID.fullmatch(path):
+        raise ConfigError(f"model {path} does not exist (a local model folder, or a hub id such as "
+                          f"Qwen/Qwen2.5-1.5B-Instruct)")
+    from huggingface_hub import try_to_load_from_cache
+    if isinstance(try_to_load_from_cache(path, "config.json"), str):
+        return path
+    if not hub_reachable():
+        raise ConfigError(f"model {path}: not a local folder, not in the Hugging Face cache, and the hub is not "
+                          f"reachable from here (offline); fetch it where the hub is reachable, or give a local folder")
+    return path
+
+
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the Hugging Face hub (HF_ENDPOINT) answers a TCP connection, unless HF_HUB_OFFLINE."""
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    url = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout_s).close()
+        return True
+    except OSError:
+        return False
+
+
 def load_tokenizer(path: str):
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(path))
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -129,7 +171,7 @@ def load_tokenizer(path: str):
 
 def load_model(path: str, dtype: str = "float32"):
     """The causal LM at `path`, on this rank's device (`distributed.device`)."""
-    return AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device())
+    return AutoModelForCausalLM.from_pretrained(resolve_model(path), dtype=getattr(torch, dtype)).to(device())
 
 
 def add_lora(model, lora):

@@ -23,11 +23,11 @@ from rich.table import Table
 
 from agentrl.checkpoint import latest_checkpoint
 from agentrl.config import Config, ConfigError, save_config
-from agentrl.data import collect_expert_data, collect_judgment_data
+from agentrl.data import collect_expert_data, collect_judgment_data, read_chat_dataset
 from agentrl.envs import make_env
 from agentrl.envs.pool import EnvPool
 from agentrl.evaluate import evaluate
-from agentrl.models import init_tiny_model, load_model, load_tokenizer
+from agentrl.models import init_tiny_model, load_model, load_tokenizer, resolve_model
 from agentrl.provenance import Phases, config_settings, folder_fingerprint, plugin_fingerprints
 from agentrl.sampler.hf import HFSampler
 from agentrl.sft import train_sft
@@ -80,6 +80,7 @@ def expert_data(config: Config, out: str | Path, episodes: int, judgments: int =
 def sft(config: Config, model_path: str, data: str | Path, out: str | Path, log_dir: str | Path | None = None) -> Path:
     """SFT of `model_path` on `data` into the HF folder `out` (logs: `log_dir`, default out/logs)."""
     out = Path(out)
+    read_chat_dataset(data)  # a missing or malformed dataset fails before the model loads
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     log_dir = tmp / "logs" if log_dir is None else Path(log_dir)
@@ -120,6 +121,10 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
     run_dir = Path(config.run_dir)
     if config.model.path is None:
         raise ConfigError("model.path: the pipeline needs a model (a local folder or hub id) or an `init` section")
+    if config.init is None:
+        resolve_model(config.model.path)  # a wrong path fails now, not after a phase
+    if config.sft is not None and config.sft.data is not None and not Path(config.sft.data).is_file():
+        raise ConfigError(f"sft.data: {config.sft.data} does not exist")
     if restart:
         (run_dir / "phases.json").unlink(missing_ok=True)
         for path in [run_dir / "sft", run_dir / "rl", run_dir / "eval",

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from agentrl.config import Config
+from agentrl.progress import set_stage
 from agentrl.registry import ENTRY_POINT_GROUP
 
 
@@ -94,6 +95,7 @@ class Phases:
         if previous == settings and output_exists:
             self.say(f"{name}: done earlier with the same settings, reused")
             return True
+        set_stage(name)
         if previous is None or not output_exists:
             self.say(f"{name}: running")
         else:

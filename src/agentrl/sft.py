@@ -8,7 +8,7 @@ from pathlib import Path
 from agentrl.actor.batch import TrainSample, micro_batches
 from agentrl.actor.single import SingleActor
 from agentrl.data import read_chat_dataset
-from agentrl.progress import progress
+from agentrl.progress import progress, set_stage
 
 
 def encode_conversation(tokenizer, messages: list[dict], prompt_weight: float = 0.0) -> TrainSample:
@@ -58,6 +58,7 @@ def train_sft(model, tokenizer, data_path: str | Path, sft_cfg, seed: int, out_d
             rng.shuffle(order)
             for i in range(0, len(order), sft_cfg.batch_size):
                 chunk = order[i:i + sft_cfg.batch_size]
+                set_stage(f"SFT step {step + 1}")
                 total_weight = sum(sum(s.weight) for s in chunk)
                 batches = micro_batches(chunk, sft_cfg.micro_batch_tokens, tokenizer.pad_token_id)
                 metrics = actor.optimizer_step([(batches, sft_loss(actor, total_weight))])

@@ -27,7 +27,7 @@ from agentrl.envs.pool import EnvPool
 from agentrl.evaluate import evaluate
 from agentrl.losses.policy import aggregation_weights
 from agentrl.models import add_lora, load_model, load_tokenizer
-from agentrl.progress import progress
+from agentrl.progress import progress, set_stage
 from agentrl.registry import ACTORS, KL_ESTIMATORS, POLICY_LOSSES, SAMPLERS
 from agentrl.rollout.collect import collect
 from agentrl.sampler.base import Sampler
@@ -108,6 +108,7 @@ class RLTrainer:
     def train_step(self) -> dict[str, float]:
         """Rollouts of this rank's share of the step's tasks, then one update on them."""
         step, timing = self.step + 1, {}
+        set_stage(f"RL step {step}")
         with timed(timing, "step"):
             trajectories = self.rollout(step, timing)
             metrics = self.learn(trajectories, step, timing)

@@ -13,6 +13,7 @@ is raised in the caller with the worker's traceback.
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
 import time
 import traceback
 
@@ -35,6 +36,8 @@ def _apply(envs: dict, env_config, command: str, requests: dict) -> dict:
 
 
 def _serve(conn, env_config) -> None:
+    # Ctrl-C reaches the whole process group; the parent shuts the workers down in order.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     envs = {}
     while True:
         command, requests = conn.recv()

@@ -18,6 +18,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from agentrl.config import ConfigError
+
 TASK_TYPES = ("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
               "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place")
 L2_TYPES = ("pick_cool_then_place_in_recep", "pick_two_obj_and_place")
@@ -35,15 +37,15 @@ def resolve_data(data: str | None) -> Path:
     leaves no half-unpacked folder behind)."""
     source = data or os.environ.get("ALFWORLD_DATA")
     if not source:
-        raise ValueError("ALFWorld data not configured: set env.data to the game folder or the slim "
+        raise ConfigError("env.data: ALFWorld data not configured: set env.data to the game folder or the slim "
                          "archive (alfworld_json_2.1.1_slim.tar.xz), or the ALFWORLD_DATA variable")
     path = Path(source).expanduser()
     if path.is_dir():
         if not (path / "json_2.1.1").is_dir():
-            raise ValueError(f"{path} holds no json_2.1.1/ folder (the alfworld-download layout)")
+            raise ConfigError(f"env.data: {path} holds no json_2.1.1/ folder (the alfworld-download layout)")
         return path
     if not path.is_file():
-        raise ValueError(f"ALFWorld data {path} does not exist")
+        raise ConfigError(f"env.data: ALFWorld data {path} does not exist")
     target = cache_dir() / "alfworld" / path.name.split(".")[0]
     if (target / "json_2.1.1").is_dir():
         return target
@@ -53,10 +55,10 @@ def resolve_data(data: str | None) -> Path:
         with tarfile.open(path) as archive:
             archive.extractall(staging, filter="data")
         if not (staging / "json_2.1.1").is_dir():
-            raise ValueError(f"{path}: the archive holds no json_2.1.1/ folder")
+            raise ConfigError(f"env.data: {path}: the archive holds no json_2.1.1/ folder")
         staging.rename(target)
     except (tarfile.TarError, EOFError, OSError) as err:
-        raise ValueError(f"{path}: cannot unpack the ALFWorld archive ({err})") from None
+        raise ConfigError(f"env.data: {path}: cannot unpack the ALFWorld archive ({err})") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target

@@ -19,6 +19,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from agentrl.config import ConfigError
 from agentrl.envs.base import NoExpertMove, Observation, StepResult
 
 NOT_UNDERSTOOD = "No known action matches that input."
@@ -28,12 +29,12 @@ SPLIT_FILES = {"l0": "L0_idx.json", "l1": "L1_idx.json", "l2": "L2_idx.json"}
 def read_split(path: Path, part: str) -> list[tuple[int, int]]:
     """[(task_index, variation), ...] of one part ("train" / "test") of an RLVMR split file."""
     if not path.is_file():
-        raise ValueError(f"ScienceWorld split file {path} does not exist")
+        raise ConfigError(f"env.splits_dir: ScienceWorld split file {path} does not exist")
     try:
         pairs = json.loads(path.read_text())[part]
         return [(int(t), int(v)) for t, v in pairs]
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"{path}: expected {{'train': [[task, variation], ...], 'test': [...]}} ({err!r})") from None
+        raise ConfigError(f"{path}: expected {{'train': [[task, variation], ...], 'test': [...]}} ({err!r})") from None
 
 
 class ScienceWorldEnv:
@@ -64,7 +65,7 @@ class ScienceWorldEnv:
         if split not in ("train", *SPLIT_FILES):
             raise ValueError(f"unknown split {split!r}; ScienceWorld splits are train, l0, l1, l2")
         if self.splits_dir is None:
-            raise ValueError("ScienceWorld splits not configured: set env.splits_dir to the folder "
+            raise ConfigError("env.splits_dir: ScienceWorld splits not configured: set env.splits_dir to the folder "
                              "holding L0_idx.json, L1_idx.json and L2_idx.json")
         if split not in self._splits:
             name = SPLIT_FILES[self.train_split if split == "train" else split]

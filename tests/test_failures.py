@@ -1,0 +1,151 @@
+"""What a user meets when something is wrong: bad input exits 2 with one line per problem naming
+the file and the field or path, never a traceback; Ctrl-C exits 130 with one line."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from agentrl.cli import main
+
+from conftest import COMPACT
+
+GOOD = {"seed": 1, "run_dir": "RUN", "env": {"type": "household", "max_steps": 4},
+        "prompt": {"template": COMPACT, "history_length": 1}, "sampling": {"max_new_tokens": 6},
+        "rl": {"steps": 1, "tasks_per_step": 1, "group_size": 2}, "eval": {"episodes": 1, "splits": ["l0"]}}
+
+
+def write(path, content) -> str:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
+    return str(path)
+
+
+def with_(**changes) -> dict:
+    data = json.loads(json.dumps(GOOD))
+    for dotted, value in changes.items():
+        node = data
+        *parents, leaf = dotted.split("__")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return data
+
+
+# (case, recipe content or None for the good one, extra arguments, text the message must hold)
+BAD_RECIPES = [
+    ("yaml syntax", "rl: [steps: 1\n", [], "recipe.yaml: YAML syntax error at line 2"),
+    ("not utf-8", b"seed: 1\nrun_dir: \xff\xfe\n", [], "recipe.yaml: not UTF-8 text"),
+    ("empty", "", [], "recipe.yaml: the recipe is empty"),
+    ("comments only", "# nothing\n", [], "recipe.yaml: the recipe is empty"),
+    ("a list", "- seed: 1\n", [], "recipe.yaml: a recipe is a YAML mapping"),
+    ("unknown key", with_(bogus=1), [], "recipe.yaml: bogus: Extra inputs are not permitted"),
+    ("unknown nested key", with_(rl__optim__learning_rate=1e-3), [], "recipe.yaml: rl.optim.learning_rate"),
+    ("unknown estimator", with_(rl__advantage={"type": "gigpoo"}), [], "rl.advantage: Value error, unknown"),
+    ("unknown env", with_(env={"type": "kitchen"}), [], "env: Value error, unknown environment 'kitchen'"),
+    ("infinite lr", None, ["--set", "rl.optim.lr=.inf"], "recipe.yaml: rl.optim.lr: Input should be a finite"),
+    ("nan lr", None, ["--set", "rl.optim.lr=.nan"], "rl.optim.lr: Input should be a finite number"),
+    ("negative lr", None, ["--set", "rl.optim.lr=-1e-3"], "rl.optim.lr: Input should be greater than 0"),
+    ("infinite kl", None, ["--set", "rl.kl_coef=.inf"], "rl.kl_coef: Input should be a finite number"),
+    ("beta of 1", None, ["--set", "rl.optim.betas=[0.9, 1.0]"], "rl.optim.betas.1: Input should be less than 1"),
+    ("zero eps", None, ["--set", "rl.advantage.eps=0"], "rl.advantage.eps: Input should be greater than 0"),
+    ("negative steps", None, ["--set", "rl.steps=-1"], "rl.steps: Input should be greater than or equal to 0"),
+    ("text for a count", None, ["--set", "rl.group_size=many"], "rl.group_size: Input should be a valid integer"),
+    ("zero timeout", None, ["--set", "rl.env_step_timeout_s=0"], "rl.env_step_timeout_s: Input should be greater"),
+    ("override without =", None, ["--set", "rl.steps"], "override 'rl.steps' is not of the form key.sub=value"),
+    ("override empty part", None, ["--set", "rl..steps=1"], "override 'rl..steps=1' is not of the form"),
+    ("override bad yaml", None, ["--set", "rl.optim={lr: [1"], "override 'rl.optim={lr: [1': YAML syntax error"),
+    ("override into a value", None, ["--set", "seed.x=1"], "override 'seed.x=1': seed is not a section"),
+    ("vllm option under hf", None, ["--set", "rl.sampler.kv_cache_gib=4"], "rl.sampler.kv_cache_gib: Extra inputs"),
+    ("template placeholder", with_(prompt__template="{task} {nope}"), [], "prompt.template"),
+    ("missing plugin file", None, ["--import", "nowhere/plugin.py"], "plugin file"),
+    ("imports not a list", with_(imports="my_plugin.py"), [], "recipe.yaml: imports: a list"),
+]
+
+
+@pytest.mark.parametrize("case, content, extra, message", BAD_RECIPES, ids=[c[0] for c in BAD_RECIPES])
+def test_bad_recipes_and_overrides_exit_2_with_one_line(tmp_path, capsys, case, content, extra, message):
+    recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run")) if content is None else content)
+    assert main(["train", recipe, *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "Traceback" not in err
+    assert len(err.splitlines()) == 1, err
+    assert not (tmp_path / "run").exists()  # nothing started
+
+
+def test_bad_paths_exit_2_at_once_naming_the_path(tmp_path, capsys, tiny_model_dir, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    good = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run")))
+    bad_lines = write(tmp_path / "data.jsonl", '{"messages": [{"role": "user", "content": "hi"}]}\n{"oops": 1}\n')
+    no_model = tmp_path / "no-model"
+    no_model.mkdir()
+    cases = [
+        (["train", good, "--model", str(tmp_path / "missing")], f"model {tmp_path / 'missing'} does not exist"),
+        (["train", good, "--model", "runs/nothing/here"], "model runs/nothing/here does not exist"),
+        (["train", good, "--model", "SomeOrg/some-model"], "not in the Hugging Face cache, and the hub is not reachable"),
+        (["train", good, "--model", str(no_model)], "the folder has no config.json"),
+        (["eval", good, "--checkpoint", str(tmp_path / "ckpt"), "--out", str(tmp_path / "ev")], "does not exist"),
+        (["sft", good, "--data", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "o"), "--model",
+          str(tiny_model_dir)], "chat dataset"),
+        (["sft", good, "--data", bad_lines, "--out", str(tmp_path / "o"), "--model", str(tiny_model_dir)],
+         "data.jsonl:2: expected a JSON object"),
+        (["run", write(tmp_path / "r1.yaml", with_(run_dir=str(tmp_path / "run"), model={"path": "nope/none/x"}))],
+         "model nope/none/x does not exist"),
+        (["run", write(tmp_path / "r2.yaml", with_(run_dir=str(tmp_path / "run"), model={"path": str(tiny_model_dir)},
+                                                   sft={"data": str(tmp_path / "none.jsonl")}))], "sft.data"),
+        (["prepare", write(tmp_path / "r3.yaml", with_(env={"type": "alfworld", "data": str(tmp_path / "games")}))],
+         "env.data: ALFWorld data"),
+        (["sft", write(tmp_path / "r4.yaml", with_(env={"type": "scienceworld", "splits_dir": str(tmp_path)})),
+          "--data", bad_lines, "--out", str(tmp_path / "o")], "model.path"),
+    ]
+    for argv, message in cases:
+        start = time.perf_counter()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert message in err and "Traceback" not in err and len(err.splitlines()) == 1, (argv, err)
+        assert time.perf_counter() - start < 30, argv  # at once: no retries against a hub
+    assert not (tmp_path / "run").exists()
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    recipe = write(tmp_path / "recipe.yaml", "rl: [steps: 1\n")
+    env = {**os.environ, "AGENTRL_DEBUG": "1"}
+    done = subprocess.run([sys.executable, "-m", "agentrl.cli", "train", recipe], capture_output=True, text=True,
+                          env=env)
+    assert done.returncode != 0 and "Traceback" in done.stderr and "YAML syntax error" in done.stderr
+
+
+def test_ctrl_c_stops_with_one_line_and_no_worker_left(tmp_path, tiny_model_dir):
+    """SIGINT to the whole process group (what a terminal sends) during RL with worker
+    processes: exit 130, one line saying where, no worker traceback, no process left."""
+    recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run"), rl__steps=50, rl__workers=2,
+                                                  rl__tasks_per_step=2))
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "train", recipe, "--model", str(tiny_model_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    logs = tmp_path / "run" / "rl" / "logs" / "metrics.jsonl"
+    deadline = time.time() + 240
+    while not (logs.exists() and logs.read_text().strip()) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()
+    children = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert len(children) >= 3  # the trainer and its two environment workers
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.strip().splitlines()[-1].startswith("interrupted at RL step ")
+    assert err.strip().endswith("rerun the same command to continue")
+    left = ["?"]
+    for _ in range(20):
+        left = subprocess.run(["pgrep", "-a", "-g", str(proc.pid)], capture_output=True, text=True).stdout.splitlines()
+        if not left:
+            break
+        time.sleep(0.5)
+    assert left == []
