@@ -7,11 +7,15 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Literal
 
 import pytest
+import torch
 import yaml
 
 from agentrl.cli import main
+from agentrl.config import Section
+from agentrl.errors import RunError
 
 from conftest import COMPACT
 
@@ -149,3 +153,94 @@ def test_ctrl_c_stops_with_one_line_and_no_worker_left(tmp_path, tiny_model_dir)
             break
         time.sleep(0.5)
     assert left == []
+
+
+# --- runs that cannot go on stop with the cause ---------------------------------------------------
+def test_a_run_whose_episodes_all_abort_stops_naming_the_timeout(tmp_path, tiny_model_dir, capsys):
+    recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run"), rl__workers=2,
+                                                  rl__env_reset_timeout_s=0.001))
+    assert main(["train", recipe, "--model", str(tiny_model_dir)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "2 of 2 episodes aborted in RL step 1 (more than rl.max_aborted_share = 0.5)" in err, err
+    assert "did not answer a reset within the time limit (rl.env_reset_timeout_s = 0.001)" in err
+    assert "Traceback" not in err
+
+
+def test_an_evaluation_without_finished_episodes_is_an_error_and_never_cached(tmp_path, tiny_model_dir, capsys):
+    recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run"), model={"path": str(tiny_model_dir)},
+                                                  rl__workers=1, rl__env_reset_timeout_s=0.001))
+    assert main(["run", recipe]) == 1
+    assert "evaluation on l0: 1 of 1 episodes aborted" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "eval" / "initial" / "results.json").exists()
+    phases = json.loads((tmp_path / "run" / "phases.json").read_text())
+    assert "eval initial" not in phases
+    assert main(["run", recipe, "--set", "rl.env_reset_timeout_s=300", "--set", "rl.steps=0"]) == 0  # fixed: redone
+    assert json.loads((tmp_path / "run" / "eval" / "initial" / "results.json").read_text())["l0"]["episodes"] == 1
+
+
+@pytest.mark.parametrize("share, cause", [(0.5, "exited during a reset (exit code 1)"),
+                                          (1.0, "exited before answering 3 times in a row")])
+def test_workers_that_die_on_start_stop_the_run_with_the_main_guard_hint(tmp_path, tiny_model_dir, share, cause):
+    """The README's rule, broken: a script that trains with worker processes and no
+    `if __name__ == "__main__":` guard (each worker imports it and tries to train too). Stopped by
+    the aborted share, or, when every abort is tolerated, by the third start failure in a row."""
+    script = tmp_path / "unguarded.py"
+    recipe = with_(run_dir=str(tmp_path / "run"), rl__workers=1, rl__max_aborted_share=share)
+    script.write_text(f"""
+from pathlib import Path
+from agentrl.config import validate_config
+from agentrl.trainer import RLTrainer
+
+config = validate_config({json.dumps(recipe)})
+with RLTrainer(config, {str(tiny_model_dir)!r}, Path(config.run_dir)) as trainer:
+    for _ in range(4):
+        trainer.train_step()
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode != 0
+    assert "RunError" in done.stderr and cause in done.stderr, done.stderr[-3000:]
+    assert 'must do so under `if __name__ == "__main__":`' in done.stderr
+
+
+def test_a_worker_that_died_while_idle_is_replaced_before_new_episodes(tmp_path):
+    from agentrl.config import HouseholdEnvConfig
+    from agentrl.envs.pool import EnvPool
+
+    with EnvPool(HouseholdEnvConfig(), workers=1) as pool:
+        assert pool.reset({0: "train-0"})[0] is not None
+        pool._procs[0].kill()
+        pool._procs[0].join()
+        assert pool.reset({0: "train-1"})[0] is not None  # a new episode is not charged for it
+        assert len(pool.faults) == 1 and "exited while idle" in pool.faults[0]
+        pool._procs[0].kill()
+        pool._procs[0].join()
+        assert pool.step({0: "look"}) == {0: None}  # the episode in flight died with its worker
+
+
+class NaNLossConfig(Section):
+    type: Literal["nan_loss"] = "nan_loss"
+
+
+def nan_loss(logp, old_logp, advantages, segments, config):
+    return logp * float("nan"), {}
+
+
+def test_non_finite_updates_are_skipped_counted_and_stop_the_run(tmp_path, tiny_model_dir):
+    from pathlib import Path
+
+    from agentrl.config import validate_config
+    from agentrl.registry import POLICY_LOSSES
+    from agentrl.trainer import RLTrainer
+
+    if "nan_loss" not in POLICY_LOSSES.names():
+        POLICY_LOSSES.register("nan_loss", NaNLossConfig, target=nan_loss)
+    config = validate_config(with_(run_dir=str(tmp_path / "run"), rl__loss={"type": "nan_loss"},
+                                   rl__max_skipped_updates=2, rl__optim={"lr": 1e-2}))
+    with RLTrainer(config, str(tiny_model_dir), Path(config.run_dir)) as trainer:
+        before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+        metrics = trainer.train_step()
+        assert metrics["actor/skipped_updates"] == 1
+        assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
+        assert not trainer.actor.optimizer.state  # Adam never stepped
+        with pytest.raises(RunError, match="2 optimiser updates in a row had a non-finite loss"):
+            trainer.train_step()

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from agentrl.config import ConfigError, load_config
+from agentrl.errors import RunError
 from agentrl.progress import stage
 
 
@@ -113,6 +114,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(err, file=sys.stderr)
         return 2
+    except RunError as err:
+        if debug:
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         if debug:
             raise

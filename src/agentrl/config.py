@@ -541,6 +541,12 @@ class RLConfig(Section):
     """A worker that takes longer for one step is killed and replaced (its episodes aborted)."""
     env_reset_timeout_s: float = Field(300.0, gt=0)
     """A worker that takes longer for one reset is killed and replaced."""
+    max_aborted_share: float = Field(0.5, ge=0, le=1)
+    """A step in which more than this share of the episodes (over all ranks) aborted stops the
+    run with an error naming the workers' faults."""
+    max_skipped_updates: int = Field(3, ge=1)
+    """Optimiser updates in a row with a non-finite loss or gradient norm (each one skipped:
+    weights and optimiser state untouched, counted in actor/skipped_updates) that stop the run."""
 
     @field_validator("kl_estimator")
     @classmethod
@@ -593,6 +599,9 @@ class EvalConfig(Section):
     """Episodes per split (the first N tasks of the split)."""
     sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(temperature=0.4))
     """Sampling at evaluation (default temperature 0.4)."""
+    max_aborted_share: float = Field(0.5, ge=0, le=1)
+    """A split on which more than this share of the episodes aborted (or none finished) is an
+    error, never a result."""
 
 
 class Config(Section):

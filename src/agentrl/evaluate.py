@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from agentrl.errors import RunError
 from agentrl.progress import set_stage
 from agentrl.rollout.collect import collect
 
@@ -56,6 +57,11 @@ def evaluate(pool, sampler, tokenizer, eval_cfg, prompt, seed: int, out_dir: Pat
             torch.manual_seed(seed)
             trajectories = collect(pool, sampler, tokenizer, tasks, 1, prompt, eval_cfg.sampling)
             results[split] = summarize(trajectories)
+            finished, aborted = results[split]["episodes"], results[split]["aborted"]
+            if not finished or aborted / (finished + aborted) > eval_cfg.max_aborted_share:
+                raise RunError(f"evaluation on {split}: {aborted} of {finished + aborted} episodes aborted (more than "
+                               f"eval.max_aborted_share = {eval_cfg.max_aborted_share:g}, or none finished): "
+                               f"{pool.fault_summary()}")
             for component in components:
                 results[split].update(component.evaluate(trajectories, seed))
         if out_dir is not None:

@@ -37,8 +37,10 @@ from agentrl.trainer import RLTrainer
 console = Console()
 
 RL_CONTINUABLE = ("rl.steps", "rl.eval_every", "rl.save_every", "rl.keep_last", "rl.workers",
-                  "rl.env_step_timeout_s", "rl.env_reset_timeout_s")
+                  "rl.env_step_timeout_s", "rl.env_reset_timeout_s", "rl.max_aborted_share", "rl.max_skipped_updates")
 """RL settings that do not change what the steps already taken did."""
+EVAL_GUARDS = ("eval.max_aborted_share",)
+"""Evaluation settings that decide only whether a result is an error."""
 
 
 def _replace(tmp: Path, final: Path) -> None:
@@ -105,7 +107,8 @@ def train_rl(config: Config, model_path: str, run_dir: Path, resume: bool) -> di
 def evaluate_checkpoint(config: Config, model_path: str, out_dir: Path, workers: int = 0) -> dict:
     tokenizer = load_tokenizer(model_path)
     model = load_model(model_path, config.model.dtype)
-    with EnvPool(config.env, workers) as pool:
+    limits = (config.rl.env_step_timeout_s, config.rl.env_reset_timeout_s) if config.rl else ()
+    with EnvPool(config.env, workers, *limits) as pool:
         return evaluate(pool, HFSampler(model, tokenizer), tokenizer, config.eval, config.prompt,
                         config.seed, out_dir)
 
@@ -174,7 +177,7 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
             phases.reusable("rl", settings, rl_dir.exists())  # says why it runs
             shutil.rmtree(rl_dir, ignore_errors=True)  # steps taken with other settings
             phases.complete("rl", settings)  # before training: a stopped run resumes only with these
-        eval_settings = {**settings, "rl.steps": config.rl.steps, **config_settings(config, "eval")}
+        eval_settings = {**settings, "rl.steps": config.rl.steps, **config_settings(config, "eval", exclude=EVAL_GUARDS)}
         done = run_dir / "eval" / "rl" / "results.json"
         if phases.reusable("eval rl", eval_settings, done.exists()):
             results["rl"] = json.loads(done.read_text())
@@ -198,7 +201,7 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
 
 def _eval_phase(config: Config, phases: Phases, name: str, model_path: str, upstream: dict) -> dict:
     out_dir = Path(config.run_dir) / "eval" / name
-    settings = {**upstream, **config_settings(config, "seed", "env", "prompt", "eval")}
+    settings = {**upstream, **config_settings(config, "seed", "env", "prompt", "eval", exclude=EVAL_GUARDS)}
     if phases.reusable(f"eval {name}", settings, (out_dir / "results.json").exists()):
         results = json.loads((out_dir / "results.json").read_text())
     else:
@@ -230,6 +233,7 @@ def print_summary(summary: dict) -> None:
         for split in summary["splits"]:
             r = results[split]
             low, high = r["ci95"]
-            cells.append(f"{r['success'] * 100:5.1f}% [{low * 100:.0f}-{high * 100:.0f}]")
+            aborted = f" ({r['aborted']} aborted)" if r.get("aborted") else ""
+            cells.append(f"{r['success'] * 100:5.1f}% [{low * 100:.0f}-{high * 100:.0f}]{aborted}")
         table.add_row(phase, *cells)
     console.print(table)

@@ -24,6 +24,7 @@ from agentrl.checkpoint import latest_checkpoint, read_state, save_checkpoint
 from agentrl.components import Context, StepBatch, build_components, timed
 from agentrl.envs.base import sample_tasks
 from agentrl.envs.pool import EnvPool
+from agentrl.errors import RunError
 from agentrl.evaluate import evaluate
 from agentrl.losses.policy import aggregation_weights
 from agentrl.models import add_lora, load_model, load_tokenizer
@@ -82,6 +83,7 @@ class RLTrainer:
         self.actor: Actor = ACTORS.get(self.rl.actor.backend)(self.rl.actor, self.model, self.rl.optim, extra)
         self.sampler.update_weights(self.actor.weights())  # a no-op for a sampler sharing the actor's module
         self.step = 0
+        self._skipped_in_a_row = 0
 
     def component(self, name: str):
         """The component called `name` (e.g. "critic", "ref", an auxiliary loss's name)."""
@@ -126,9 +128,15 @@ class RLTrainer:
         share = rl.tasks_per_step // self.world
         torch.manual_seed(step_seed(cfg.seed, step, "sampling" if self.world == 1 else f"sampling:{self.rank}"))
         hint = "\n".join(h for h in (c.hint(step) for c in self.components) if h)
-        return collect(self.pool, self.sampler, self.tokenizer, tasks[self.rank * share:(self.rank + 1) * share],
-                       rl.group_size, cfg.prompt, cfg.sampling,
-                       first_group_id=(step - 1) * rl.tasks_per_step + self.rank * share, timing=timing, hint=hint)
+        trajectories = collect(self.pool, self.sampler, self.tokenizer, tasks[self.rank * share:(self.rank + 1) * share],
+                               rl.group_size, cfg.prompt, cfg.sampling,
+                               first_group_id=(step - 1) * rl.tasks_per_step + self.rank * share, timing=timing,
+                               hint=hint)
+        aborted, total = distributed.all_sum([sum(t.aborted for t in trajectories), len(trajectories)])
+        if total and aborted / total > rl.max_aborted_share:
+            raise RunError(f"{aborted:.0f} of {total:.0f} episodes aborted in RL step {step} (more than "
+                           f"rl.max_aborted_share = {rl.max_aborted_share:g}): {self.pool.fault_summary()}")
+        return trajectories
 
     def learn(self, trajectories: list, step: int, timing: dict | None = None) -> dict[str, float]:
         """Score, advantages and one update (all ranks together) on this rank's `trajectories`;
@@ -161,7 +169,9 @@ class RLTrainer:
         metrics = rollout_metrics(trajectories) | batch.metrics | advantage_metrics(flat)
         metrics.update({f"adv/{k}": v for k, v in batch.advantages.metrics.items()})
         for key, value in totals.items():
-            if key in ("lr", "grad_norm") or key.startswith("aux/"):
+            if key == "skipped_updates":
+                metrics["actor/skipped_updates"] = value
+            elif key in ("lr", "grad_norm") or key.startswith("aux/"):
                 metrics[key if key.startswith("aux/") else f"actor/{key}"] = value / n_updates
             else:
                 metrics[f"actor/{key}"] = value / max(n_tokens, 1)
@@ -197,7 +207,14 @@ class RLTrainer:
                     aux_tokens = distributed.all_sum([sum(s.n_targets for s in share)])[0]
                     if share:
                         parts.append((micro_batches(share, rl.micro_batch_tokens, pad), self._aux_loss(aux, aux_tokens)))
-                for key, value in self.actor.optimizer_step(parts).items():
+                result = self.actor.optimizer_step(parts)
+                self._skipped_in_a_row = self._skipped_in_a_row + 1 if result["skipped_updates"] else 0
+                if self._skipped_in_a_row >= rl.max_skipped_updates:
+                    raise RunError(f"{self._skipped_in_a_row} optimiser updates in a row had a non-finite loss or "
+                                   f"gradient norm (grad_norm {result['grad_norm']}) and were skipped, up to RL step "
+                                   f"{step}: lower rl.optim.lr, check a custom loss, or resume from an earlier "
+                                   f"checkpoint")
+                for key, value in result.items():
                     totals[key] = totals.get(key, 0.0) + value
         return totals, max(1, rl.epochs * n_chunks)
 

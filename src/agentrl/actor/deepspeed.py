@@ -13,6 +13,7 @@ Checkpoints are DeepSpeed's own sharded format (`ds/`) plus a plain HF folder (`
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -22,6 +23,7 @@ from agentrl.actor.base import backward_all
 from agentrl.actor.fsdp import TokenHead, call_root, padded_work, summed_over_ranks, write_plain_copy
 from agentrl.actor.single import make_optimizer
 from agentrl.distributed import device
+from agentrl.errors import RunError
 
 
 class DeepSpeedActor:
@@ -71,7 +73,12 @@ class DeepSpeedActor:
         totals = backward_all(padded_work(parts, self._idle_loss), device(), self._backward)
         self.engine.step()
         grad_norm = self.engine.get_global_grad_norm()  # before clipping
-        return {**summed_over_ranks(totals), "lr": lr, "grad_norm": float(grad_norm if grad_norm is not None else 0.0)}
+        grad_norm = float(grad_norm if grad_norm is not None else 0.0)
+        if not math.isfinite(grad_norm):
+            # DeepSpeed has applied it (bf16 / fp32 ZeRO skip only fp16 overflows): stop now.
+            raise RunError(f"a non-finite gradient norm ({grad_norm}) reached the DeepSpeed optimiser, which "
+                           f"applied it: resume from the last checkpoint with a lower rl.optim.lr")
+        return {**summed_over_ranks(totals), "lr": lr, "grad_norm": grad_norm, "skipped_updates": 0.0}
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The unsharded weights on every rank, named as in the plain HF model."""

@@ -119,10 +119,11 @@ class FSDPActor:
                                                    self.grad_clip)
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
         lr = self.scheduler.get_last_lr()[0]
-        if torch.isfinite(grad_norm):
+        finite = bool(torch.isfinite(grad_norm))  # the global norm: every rank decides alike
+        if finite:
             self.optimizer.step()
             self.scheduler.step()
-        return {**summed_over_ranks(totals), "lr": lr, "grad_norm": float(grad_norm)}
+        return {**summed_over_ranks(totals), "lr": lr, "grad_norm": float(grad_norm), "skipped_updates": float(not finite)}
 
     def _backward(self, loss: torch.Tensor, last: bool) -> None:
         self.net.set_requires_gradient_sync(last)

@@ -68,11 +68,11 @@ class SingleActor:
         totals = backward_all(work, model_device(self.model), lambda loss, last: loss.backward())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.grad_clip)
         totals["lr"] = self.scheduler.get_last_lr()[0]
-        if torch.isfinite(grad_norm):
+        finite = bool(torch.isfinite(grad_norm))  # a non-finite loss gives a non-finite norm too
+        if finite:
             self.optimizer.step()
             self.scheduler.step()
-        totals["grad_norm"] = float(grad_norm)
-        return totals
+        return {**totals, "grad_norm": float(grad_norm), "skipped_updates": float(not finite)}
 
     def weights(self):
         return self.model.named_parameters()

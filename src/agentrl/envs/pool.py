@@ -5,9 +5,13 @@ worker i % workers. A call sends every worker its share of the requests before r
 answer, so the workers step their environments concurrently.
 
 Faults: a worker that dies, or does not answer within the time limit, is killed and replaced;
-the slots it held answer `None` (their episodes are aborted) and the call completes. An
-exception raised by an environment itself (a missing game, a bad task id) is not a fault: it
-is raised in the caller with the worker's traceback.
+the slots it held answer `None` (their episodes are aborted) and the call completes. A worker
+found dead before a call (it died while idle) is replaced before it is given work: before a
+reset no episode is charged for it; before a step its episodes in flight are aborted. A worker that dies before ever answering `START_FAILURES` times in a
+row stops the run (`RunError`): it cannot start, typically because it imports a script that
+trains without the `if __name__ == "__main__":` guard. An exception raised by an environment
+itself (a missing game, a bad task id) is not a fault: it is raised in the caller with the
+worker's traceback. `faults` keeps a line per fault, for the error that stops a run.
 """
 
 from __future__ import annotations
@@ -19,6 +23,12 @@ import traceback
 
 from agentrl.envs import make_env
 from agentrl.envs.base import Observation, StepResult
+from agentrl.errors import RunError
+
+START_FAILURES = 3
+MAIN_GUARD_HINT = ("environment workers are spawned processes that import the main script again: a script that "
+                   "trains must do so under `if __name__ == \"__main__\":`; the worker's own error, if any, is "
+                   "printed above")
 
 
 class WorkerEnvError(RuntimeError):
@@ -60,12 +70,14 @@ class EnvPool:
         """In-process instance: task lists, task types, and the environments when workers=0."""
         self.workers = workers
         self.timeouts = {"reset": reset_timeout_s, "step": step_timeout_s}
-        self.faults = 0
-        """Workers replaced so far (crashed or hung)."""
+        self.faults: list[str] = []
+        """One line per worker replaced so far (crashed, hung, or died while idle)."""
         self._envs: dict[int, object] = {}
         self._ctx = mp.get_context("spawn")
         self._conns: list = [None] * workers
         self._procs: list = [None] * workers
+        self._answered = [False] * workers  # whether the worker's current process has answered
+        self._start_failures = [0] * workers  # its processes in a row that exited before answering
         for worker in range(workers):
             self._start(worker)
 
@@ -74,16 +86,29 @@ class EnvPool:
         proc = self._ctx.Process(target=_serve, args=(child, self.config), daemon=True)
         proc.start()
         child.close()
-        self._conns[worker], self._procs[worker] = parent, proc
+        self._conns[worker], self._procs[worker], self._answered[worker] = parent, proc, False
 
-    def _replace(self, worker: int) -> None:
-        self.faults += 1
+    def _replace(self, worker: int, cause: str) -> None:
         proc = self._procs[worker]
         if proc.is_alive():
             proc.kill()
         proc.join(timeout=10)
         self._conns[worker].close()
+        self.faults.append(f"worker {worker} {cause}")
+        if cause.startswith("exited") and not self._answered[worker]:
+            self._start_failures[worker] += 1
+            if self._start_failures[worker] >= START_FAILURES:
+                raise RunError(f"environment worker {worker} exited before answering {START_FAILURES} times in a "
+                               f"row (last: {cause}): {MAIN_GUARD_HINT}")
         self._start(worker)
+
+    def fault_summary(self, last: int = 3) -> str:
+        """The most recent faults, for an error message."""
+        if not self.faults:
+            return "no worker fault was seen"
+        shown = "; ".join(self.faults[-last:])
+        hint = f". Workers exited before their first answer: {MAIN_GUARD_HINT}" if any(self._start_failures) else ""
+        return f"{len(self.faults)} worker faults, the last: {shown}{hint}"
 
     @property
     def max_steps(self) -> int:
@@ -95,6 +120,12 @@ class EnvPool:
         shares: dict[int, dict] = {}
         for slot, arg in requests.items():
             shares.setdefault(slot % self.workers, {})[slot] = arg
+        answers, errors = {}, []
+        for worker in list(shares):  # one that died while idle is replaced before it gets work
+            if not self._procs[worker].is_alive():
+                self._replace(worker, f"exited while idle (exit code {self._procs[worker].exitcode})")
+                if command == "step":  # its episodes in flight died with it
+                    answers.update({slot: None for slot in shares.pop(worker)})
         failed = set()
         for worker, share in shares.items():
             try:
@@ -102,17 +133,23 @@ class EnvPool:
             except (BrokenPipeError, OSError):
                 failed.add(worker)
         deadline = time.monotonic() + self.timeouts[command]
-        answers, errors = {}, []
         for worker, share in shares.items():
             conn = self._conns[worker]
             try:
-                if worker in failed or not conn.poll(max(0.0, deadline - time.monotonic())):
-                    raise TimeoutError
+                if worker not in failed and not conn.poll(max(0.0, deadline - time.monotonic())):
+                    limit = f"rl.env_{command}_timeout_s = {self.timeouts[command]:g}"
+                    self._replace(worker, f"did not answer a {command} within the time limit ({limit})")
+                    answers.update({slot: None for slot in share})
+                    continue
+                if worker in failed:
+                    raise EOFError
                 status, payload = conn.recv()
-            except (EOFError, OSError, TimeoutError):
-                self._replace(worker)
+            except (EOFError, OSError):
+                self._procs[worker].join(timeout=5)
+                self._replace(worker, f"exited during a {command} (exit code {self._procs[worker].exitcode})")
                 answers.update({slot: None for slot in share})
                 continue
+            self._answered[worker], self._start_failures[worker] = True, 0
             if status == "error":
                 errors.append(payload)
             else:
