@@ -244,3 +244,110 @@ def test_non_finite_updates_are_skipped_counted_and_stop_the_run(tmp_path, tiny_
         assert not trainer.actor.optimizer.state  # Adam never stepped
         with pytest.raises(RunError, match="2 optimiser updates in a row had a non-finite loss"):
             trainer.train_step()
+
+
+# --- external endpoints that misbehave ------------------------------------------------------------
+class Misbehaving:
+    """A real HTTP server on 127.0.0.1 that answers each request with the next failure of
+    `failures` (then a good chat-completions reply: every answer `<verdict>good</verdict>`)."""
+
+    GOOD = {"choices": [{"message": {"content": "<think>fine</think><verdict>good</verdict>"}}]}
+
+    def __init__(self, failures: list[str]):
+        import http.server
+        import threading
+
+        owner = self
+        self.failures, self.requests = list(failures), 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                owner.requests += 1
+                mode = owner.failures.pop(0) if owner.failures else "good"
+                if mode == "drop":  # accept, read, close without a reply
+                    self.close_connection = True
+                    return
+                if mode == "slow":
+                    time.sleep(1.5)
+                status, payload = 200, {"good": {"choices": owner.GOOD["choices"] * body.get("n", 1)},
+                                        "null_choices": {"choices": None}, "a_list": [1, 2],
+                                        "number_content": {"choices": [{"message": {"content": 5}}]},
+                                        "no_message": {"choices": [{"text": "hi"}]}, "slow": owner.GOOD}.get(mode, {})
+                raw = json.dumps(payload).encode()
+                if mode == "http_500":
+                    status = 500
+                if mode == "not_json":
+                    raw = b"<html>proxy error</html>"
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw) + (10 if mode == "truncated" else 0)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}/v1"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+FAILURES = ["drop", "null_choices", "a_list", "number_content", "no_message", "http_500", "not_json", "truncated",
+            "slow"]
+
+
+def test_every_endpoint_failure_is_retried_then_given_up_cleanly():
+    from agentrl.gcd.judge import ChatEndpoint, EndpointError
+
+    server = Misbehaving(FAILURES)
+    try:
+        endpoint = ChatEndpoint(server.url, "m", None, timeout_s=1.0, retries=len(FAILURES), backoff_s=0.01)
+        assert endpoint.complete("hi", n=2) == [Misbehaving.GOOD["choices"][0]["message"]["content"]] * 2
+        assert server.requests == len(FAILURES) + 1  # each failure retried
+        for failure in FAILURES:
+            server.failures = [failure, failure]
+            with pytest.raises(EndpointError, match=r"\(2 attempts\)"):
+                ChatEndpoint(server.url, "m", None, timeout_s=1.0, retries=1, backoff_s=0.01).complete("hi")
+    finally:
+        server.close()
+
+
+def test_a_training_step_carries_on_through_a_misbehaving_judge_and_summariser(tmp_path, tiny_model_dir):
+    from pathlib import Path
+
+    from agentrl.config import CorrectionConfig, validate_config
+    from agentrl.gcd.correction import PromptCorrection
+    from agentrl.gcd.judge import ChatEndpoint
+    from agentrl.trainer import RLTrainer
+
+    server = Misbehaving(FAILURES)
+    try:
+        external = {"base_url": server.url, "model": "m", "asks": 1, "agree": 1, "pairs_per_step": 4,
+                    "timeout_s": 1.0, "retries": 1, "backoff_s": 0.01}
+        config = validate_config(with_(run_dir=str(tmp_path / "run"), rl__tasks_per_step=2, rl__aux=[
+            {"type": "gcd", "pairs_per_step": 2, "group_size": 2, "sampling": {"max_new_tokens": 4},
+             "labels": ["llm", "env"], "external": external}]))
+        with RLTrainer(config, str(tiny_model_dir), Path(config.run_dir)) as trainer:
+            first = trainer.train_step()
+            second = trainer.train_step()
+        assert first["aux/gcd/labels/llm_errors"] > 0  # counted, not raised
+        assert second.get("aux/gcd/labels/llm_good", 0) > 0  # the server recovered: labels again
+
+        class Source:
+            critiques = [("go to desk 1", "it was pointless")]
+
+        server.failures = ["drop", "drop"]
+        endpoint = ChatEndpoint(server.url, "m", None, timeout_s=1.0, retries=1, backoff_s=0.01)
+        correction = PromptCorrection(CorrectionConfig(every=1, summarizer="endpoint"), Source(), None, None, endpoint,
+                                      tmp_path / "correction.jsonl")
+        correction.hint = "Mistakes to avoid:\n- earlier"
+        assert correction.refresh(2) == "Mistakes to avoid:\n- earlier" and correction.errors == 1
+        assert "error" in json.loads((tmp_path / "correction.jsonl").read_text().splitlines()[-1])
+        assert correction.refresh(3).startswith("Mistakes to avoid:\n<think>fine")  # recovered
+    finally:
+        server.close()

@@ -410,6 +410,10 @@ class JudgeEndpointConfig(Section):
     """Longest answer requested."""
     timeout_s: float = Field(60.0, gt=0)
     """Seconds before a request counts as failed."""
+    retries: int = Field(3, ge=0)
+    """Retries of a failed request (network, HTTP status, reply shape) before the call is given up."""
+    backoff_s: float = Field(0.5, ge=0)
+    """Wait before the first retry, doubled for each next one."""
 
     @model_validator(mode="after")
     def _agreement_possible(self):

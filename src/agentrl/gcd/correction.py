@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from agentrl.config import SamplingConfig
+from agentrl.gcd.judge import EndpointError
 from agentrl.rollout.collect import encode_prompt
 
 SUMMARY_PROMPT = ("An agent made these mistakes while doing household tasks:\n{critiques}\n"
@@ -25,6 +26,8 @@ class PromptCorrection:
         self.sampler, self.tokenizer, self.endpoint = sampler, tokenizer, endpoint
         self.log_path = Path(log_path)
         self.hint = ""
+        self.errors = 0
+        """Summaries the endpoint failed to give (after its retries)."""
 
     def refresh(self, step: int) -> str:
         """The hint for training step `step` (1-based); recomputed at steps 1 + k * every."""
@@ -36,7 +39,13 @@ class PromptCorrection:
         listing = "\n".join(f"- {action}: {text}" for action, text in recent)
         prompt = SUMMARY_PROMPT.format(critiques=listing)
         if self.config.summarizer == "endpoint":
-            summary = self.endpoint.complete(prompt, 1, 0.0, self.config.max_new_tokens)[0]
+            try:
+                summary = self.endpoint.complete(prompt, 1, 0.0, self.config.max_new_tokens)[0]
+            except EndpointError as error:  # the previous hint stays until the next refresh
+                self.errors += 1
+                with self.log_path.open("a") as f:
+                    f.write(json.dumps({"step": step, "critiques": len(recent), "error": str(error)}) + "\n")
+                return self.hint
         else:
             params = SamplingConfig(temperature=0.0, max_new_tokens=self.config.max_new_tokens)
             generation = self.sampler.generate([encode_prompt(self.tokenizer, prompt)], params)[0]

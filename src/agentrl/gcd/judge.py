@@ -6,10 +6,11 @@ answers `<verdict>good</verdict>` or `<verdict>bad</verdict>`.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
-import urllib.error
+import time
 import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -57,25 +58,58 @@ def vote(verdicts: list[bool | None], agree: int) -> bool | None:
     return None
 
 
+class EndpointError(RuntimeError):
+    """An endpoint call that failed every attempt (network, HTTP status, or reply shape)."""
+
+
 class ChatEndpoint:
     """A chat-completions endpoint: POST {base_url}/chat/completions. The API key is read from
-    the environment variable named by `api_key_env` at call time and never stored or logged."""
+    the environment variable named by `api_key_env` at call time and never stored or logged.
 
-    def __init__(self, base_url: str, model: str, api_key_env: str | None, timeout_s: float):
+    Every failure of a call (refused or dropped connection, timeout, HTTP error status, a reply
+    that is not JSON or not of the chat-completions shape) is retried `retries` times with
+    exponential backoff (`backoff_s`, doubled each time); then `complete` raises EndpointError,
+    which its callers count and carry on without (an unlabelled step, the previous hint)."""
+
+    def __init__(self, base_url: str, model: str, api_key_env: str | None, timeout_s: float,
+                 retries: int = 3, backoff_s: float = 0.5):
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model, self.api_key_env, self.timeout_s = model, api_key_env, timeout_s
+        self.retries, self.backoff_s = retries, backoff_s
 
     def complete(self, prompt: str, n: int = 1, temperature: float = 1.0, max_tokens: int = 256) -> list[str]:
         body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "n": n,
                 "temperature": temperature, "max_tokens": max_tokens}
+        for attempt in range(self.retries + 1):
+            try:
+                return self._post(body)
+            except (OSError, http.client.HTTPException, ValueError) as err:  # URLError, timeouts: OSError
+                failure = f"{type(err).__name__}: {err}"
+            if attempt < self.retries:
+                time.sleep(self.backoff_s * 2 ** attempt)
+        raise EndpointError(f"{self.url}: {failure} ({self.retries + 1} attempts)")
+
+    def _post(self, body: dict) -> list[str]:
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         if key:
             headers["Authorization"] = f"Bearer {key}"
         request = urllib.request.Request(self.url, json.dumps(body).encode(), headers, method="POST")
         with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-            choices = json.loads(response.read())["choices"]
-        return [c["message"]["content"] or "" for c in choices]
+            reply = json.loads(response.read())
+        choices = reply.get("choices") if isinstance(reply, dict) else None
+        if not isinstance(choices, list) or not choices:
+            raise ValueError("the reply has no 'choices' list")
+        texts = []
+        for choice in choices:
+            message = choice.get("message") if isinstance(choice, dict) else None
+            if not isinstance(message, dict):
+                raise ValueError("a choice has no 'message' object")
+            content = message.get("content")
+            if not isinstance(content, (str, type(None))):
+                raise ValueError(f"a choice's message content is {type(content).__name__}, not text")
+            texts.append(content or "")
+        return texts
 
 
 class ExternalJudge:
@@ -91,7 +125,7 @@ class ExternalJudge:
     def _label(self, step: StepSample) -> bool | None:
         try:
             replies = self.endpoint.complete(judge_prompt(step), self.asks, self.temperature, self.max_tokens)
-        except (urllib.error.URLError, TimeoutError, KeyError, ValueError) as error:
+        except EndpointError as error:
             self.errors += 1
             if self.errors == 1:
                 print(f"external judge at {self.endpoint.url} failed ({error}); such steps stay unlabelled")

@@ -40,6 +40,9 @@ def select_pairs(judge, trajectories, step: int):
     metrics = {**label_counts(labelled), "pairs": float(len(chosen))}
     if judge.external is not None:
         metrics["labels/llm_errors"] = float(judge.external.errors)
+    correction = getattr(judge, "correction", None)
+    if correction is not None and correction.config.summarizer == "endpoint":
+        metrics["correction_errors"] = float(correction.errors)
     return chosen, metrics
 
 
@@ -190,7 +193,8 @@ class ClassifierJudgeLoss(Component):
 @AUX_LOSSES.register("gcd", GCDAuxConfig)
 def gcd(config, ctx):
     ext = config.external
-    endpoint = ext and ChatEndpoint(ext.base_url, ext.model, ext.api_key_env, ext.timeout_s)
+    endpoint = ext and ChatEndpoint(ext.base_url, ext.model, ext.api_key_env, ext.timeout_s, ext.retries,
+                                    ext.backoff_s)
     external = ext and ExternalJudge(endpoint, ext.asks, ext.agree, ext.temperature, ext.max_tokens)
     seed = ctx.config.seed
     if config.judge == "classifier":
