@@ -154,7 +154,7 @@ class GRPOConfig(Section):
     """step: mean/std over all step samples of the group (verl-agent); trajectory: over episodes."""
     normalize_std: bool = True
     """Divide by the group std (False gives Dr.GRPO-style mean-centring only)."""
-    eps: float = Field(1e-6, gt=0)
+    eps: float = Field(1e-6, ge=0)
     """Added to the std before dividing."""
 
 
@@ -174,7 +174,7 @@ class GiGPOConfig(Section):
     """Anchor-group normalisation: mean-std (True) or mean-only (False)."""
     episode_std: bool = True
     """Episode-level normalisation: mean-std (True) or mean-only (False)."""
-    eps: float = Field(1e-6, gt=0)
+    eps: float = Field(1e-6, ge=0)
     """Added to the std before dividing."""
 
 
@@ -187,7 +187,7 @@ class GAGPOConfig(Section):
     """GAE lambda (the paper's best: 0.8)."""
     normalize_std: bool = True
     """Divide by the rollout group's std after centring."""
-    eps: float = Field(1e-6, gt=0)
+    eps: float = Field(1e-6, ge=0)
     """Added to the std before dividing."""
 
 
@@ -200,7 +200,7 @@ class RLVMRConfig(Section):
     """The GRPO part, as for `grpo`."""
     normalize_std: bool = True
     """The GRPO part divides by the group std."""
-    eps: float = Field(1e-6, gt=0)
+    eps: float = Field(1e-6, ge=0)
     """Added to the std before dividing."""
     meta_weight: float = 1.0
     """Weight of the tag-normalised meta advantage added to the GRPO advantage."""
@@ -223,7 +223,7 @@ class PPOConfig(Section):
     """GAE lambda."""
     normalize: bool = True
     """Whiten the advantages over the batch."""
-    eps: float = Field(1e-6, gt=0)
+    eps: float = Field(1e-6, ge=0)
     """Added to the std when whitening."""
     critic_path: str | None = None
     """The critic's starting model (a causal LM folder; its body is kept, a zero value head is

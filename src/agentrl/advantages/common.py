@@ -38,7 +38,7 @@ def anchor_groups(group, values: dict[int, list[float]]) -> dict[str, list[float
 def normalize(values: list[float], pool: list[float], std: str | None, eps: float) -> list[float]:
     """Group normalisation, for every estimator and the GCD judge: (x - mean) / (std + eps) of
     each x in `values`, with the mean and std of `pool`; only centred when `std` is None; all 0
-    when the pool has fewer than two values (no spread to measure).
+    when the pool has fewer than two values or no spread to divide by.
 
     `std="sample"` is the unbiased estimate (torch.std, as in verl): an estimator's group is a
     sample of the policy's outcomes on its task. `std="population"` divides by n instead of n - 1:
@@ -49,6 +49,8 @@ def normalize(values: list[float], pool: list[float], std: str | None, eps: floa
     if std is None:
         return [x - mean for x in values]
     scale = {"sample": statistics.stdev, "population": statistics.pstdev}[std](pool) + eps
+    if scale == 0:  # no spread and eps 0
+        return [0.0] * len(values)
     return [(x - mean) / scale for x in values]
 
 
