@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -355,3 +356,34 @@ def test_a_training_step_carries_on_through_a_misbehaving_judge_and_summariser(t
         assert correction.refresh(3).startswith("Mistakes to avoid:\n<think>fine")  # recovered
     finally:
         server.close()
+
+
+# --- interrupted phases ---------------------------------------------------------------------------
+def test_a_pipeline_killed_inside_each_phases_save_reruns_to_the_same_results(tmp_path):
+    """SIGKILL in the middle of a write of each phase's output (the tiny model, the expert data,
+    the SFT model, evaluation results, provenance, RL checkpoints, the summary), rerunning
+    after each: the run completes, and its results equal an uninterrupted run's."""
+    def recipe(run_dir):
+        return write(tmp_path / f"{run_dir}.yaml", {
+            "seed": 1, "run_dir": str(tmp_path / run_dir), "init": {"layers": 1, "intermediate_size": 128,
+                                                                   "corpus_episodes": 20},
+            "env": {"type": "household", "max_steps": 10}, "prompt": {"template": COMPACT, "history_length": 1},
+            "sampling": {"max_new_tokens": 6}, "sft": {"episodes": 3, "epochs": 1, "batch_size": 8},
+            "rl": {"steps": 2, "tasks_per_step": 2, "group_size": 2, "save_every": 1},
+            "eval": {"episodes": 2, "splits": ["l0", "l1"]}})
+
+    def run(path, kill_at="nothing@1"):
+        done = subprocess.run([sys.executable, str(Path(__file__).parent / "killer.py"), kill_at, "run", path],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode in (0, -signal.SIGKILL), done.stderr[-3000:]
+        return done.returncode
+
+    assert run(recipe("straight")) == 0
+    path = recipe("killed")
+    kill_points = ["model-init@1", "eval/initial@1", "data.jsonl@1", "sft/model@1", "phases.json@2", "eval/sft@1",
+                   "checkpoints@1", "checkpoints@3", "eval/rl@1", "summary.json@1"]  # in the pipeline's order
+    codes = [run(path, point) for point in kill_points]
+    assert codes == [-signal.SIGKILL] * len(kill_points)  # each rerun went on to the next point
+    assert run(path) == 0
+    straight = json.loads((tmp_path / "straight" / "summary.json").read_text())["phases"]
+    assert json.loads((tmp_path / "killed" / "summary.json").read_text())["phases"] == straight

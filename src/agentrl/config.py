@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agentrl.files import write_atomic
 from agentrl.prompting import DEFAULT_TEMPLATE, TEMPLATE_FIELDS
 from agentrl.registry import (ACTORS, ADVANTAGES, AUX_LOSSES, COMPONENTS, ENVIRONMENTS, KL_ESTIMATORS, POLICY_LOSSES,
                               SAMPLERS, PluginError, load_plugin)
@@ -701,4 +702,4 @@ def validate_config(data: dict, source: str = "config") -> Config:
 
 
 def save_config(config: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    write_atomic(path, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from agentrl.errors import RunError
+from agentrl.files import write_atomic
 from agentrl.progress import set_stage
 from agentrl.rollout.collect import collect
 
@@ -74,5 +75,5 @@ def evaluate(pool, sampler, tokenizer, eval_cfg, prompt, seed: int, out_dir: Pat
                                                    "progress": s.progress} for s in t.steps]})
                             + "\n")
     if out_dir is not None:
-        (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+        write_atomic(out_dir / "results.json", json.dumps(results, indent=2))
     return results

@@ -27,6 +27,7 @@ from agentrl.data import collect_expert_data, collect_judgment_data, read_chat_d
 from agentrl.envs import make_env
 from agentrl.envs.pool import EnvPool
 from agentrl.evaluate import evaluate
+from agentrl.files import write_atomic
 from agentrl.models import init_tiny_model, load_model, load_tokenizer, resolve_model
 from agentrl.provenance import Phases, config_settings, folder_fingerprint, plugin_fingerprints
 from agentrl.sampler.hf import HFSampler
@@ -187,13 +188,13 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
                 console.print(f"[bold]rl[/] continuing from {ckpt.name} to step {config.rl.steps}")
             results["rl"] = train_rl(config, model_path, rl_dir, resume=True)
             done.parent.mkdir(parents=True, exist_ok=True)
-            done.write_text(json.dumps(results["rl"], indent=2))
+            write_atomic(done, json.dumps(results["rl"], indent=2))
             phases.complete("eval rl", eval_settings)
         _print_phase("rl", results["rl"])
 
     summary = {"run_dir": str(run_dir), "splits": config.eval.splits, "episodes": config.eval.episodes,
                "phases": results}
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
     save_config(config, run_dir / "config.yaml")
     print_summary(summary)
     return summary

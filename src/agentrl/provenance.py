@@ -13,11 +13,11 @@ import hashlib
 import importlib
 import importlib.metadata
 import json
-import os
 import sys
 from pathlib import Path
 
 from agentrl.config import Config
+from agentrl.files import write_atomic
 from agentrl.progress import set_stage
 from agentrl.registry import ENTRY_POINT_GROUP
 
@@ -112,6 +112,4 @@ class Phases:
 
     def _write(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.done, indent=1, sort_keys=True))
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(self.done, indent=1, sort_keys=True))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from agentrl.actor.batch import TrainSample, micro_batches
 from agentrl.actor.single import SingleActor
+from agentrl.config import ConfigError
 from agentrl.data import read_chat_dataset
 from agentrl.progress import progress, set_stage
 
@@ -46,7 +47,7 @@ def train_sft(model, tokenizer, data_path: str | Path, sft_cfg, seed: int, out_d
               tracker=None) -> Path:
     samples = [encode_conversation(tokenizer, c, sft_cfg.prompt_loss_weight) for c in read_chat_dataset(data_path)]
     if not samples:
-        raise ValueError(f"{data_path} holds no examples")
+        raise ConfigError(f"{data_path} holds no examples")
     actor = SingleActor(model, sft_cfg.optim)
     rng = random.Random(seed)
     steps_per_epoch = -(-len(samples) // sft_cfg.batch_size)

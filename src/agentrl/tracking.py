@@ -7,16 +7,19 @@ from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 
+from agentrl.files import write_atomic
+
 
 class Tracker:
     def __init__(self, log_dir: Path, resume_step: int = 0):
         log_dir.mkdir(parents=True, exist_ok=True)
         self.jsonl = log_dir / "metrics.jsonl"
-        if resume_step and self.jsonl.exists():
-            # Drop lines logged after the checkpoint we resume from: they will be logged again.
-            kept = [ln for ln in self.jsonl.read_text().splitlines() if json.loads(ln)["step"] <= resume_step]
-            self.jsonl.write_text("".join(ln + "\n" for ln in kept))
-        self.writer = SummaryWriter(str(log_dir / "tb"), purge_step=resume_step + 1 if resume_step else None)
+        if self.jsonl.exists():
+            # Drop lines logged after the checkpoint we resume from (all of them when starting
+            # over): they will be logged again. A line cut by a kill is dropped too.
+            kept = [ln for ln in self.jsonl.read_text().splitlines() if _step(ln) is not None and _step(ln) <= resume_step]
+            write_atomic(self.jsonl, "".join(ln + "\n" for ln in kept))
+        self.writer = SummaryWriter(str(log_dir / "tb"), purge_step=resume_step + 1)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         for key, value in metrics.items():
@@ -27,6 +30,13 @@ class Tracker:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def _step(line: str) -> int | None:
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def read_metrics(path: Path) -> list[dict]:
