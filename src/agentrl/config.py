@@ -271,7 +271,7 @@ class NTHRConfig(Section):
     coupling to the group's positive tokens exceeds `tau` x the positives' own mean coupling
     (exact definition: agentrl/advantages/nthr.py)."""
 
-    tau: float = Field(1.0, ge=0)
+    tau: float = 1.0
     """Coupling threshold, relative to the positive tokens' own mean coupling."""
     eta: float = Field(0.5, ge=0, le=1)
     """Multiplier of the advantage of negative tokens above the threshold."""
