@@ -1,4 +1,5 @@
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -459,3 +460,48 @@ def test_ppo_critic_regresses_onto_the_step_returns(choice_model_dir, tmp_path):
     returns = [t.episode_reward for t in trajectories if t.steps[0].action == twostep.GOOD]
     assert 0 < sum(returns) < 10 * len(returns)  # both outcomes from the corridor
     assert corridor > 2.5 and abs(cellar) < 1.0, (corridor, cellar)
+
+
+class OverconfidentSampler:
+    """The trainer's real sampler, reporting every sampled token 0.5 nats more likely than it was
+    (what a sampler with other numerics, or a stale copy of the weights, looks like)."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+
+    def generate(self, prompts, params):
+        generations = self.sampler.generate(prompts, params)
+        for g in generations:
+            g.logprobs = [x + 0.5 for x in g.logprobs]
+        return generations
+
+    def update_weights(self, weights):
+        self.sampler.update_weights(weights)
+
+    def sleep(self):
+        self.sampler.sleep()
+
+
+def test_sampler_actor_gap_is_measured_and_old_logprobs_and_tis_follow_the_choice(choice_model_dir, tmp_path):
+    import twostep
+
+    def first_step(**rl):
+        config = twostep.config(tmp_path / str(len(rl)), 2, **rl)
+        with RLTrainer(config, str(choice_model_dir), Path(config.run_dir)) as trainer:
+            honest = trainer.learn(trainer.rollout(1), 1)
+            trainer.sampler = OverconfidentSampler(trainer.sampler)
+            return honest, trainer.learn(trainer.rollout(2), 2)
+
+    honest, off = first_step()
+    assert honest["rollout/logprob_diff_max"] < 1e-4 and honest["rollout/kl_sampler_actor"] < 1e-6
+    assert off["rollout/logprob_diff_mean"] == pytest.approx(0.5, abs=1e-4)
+    assert off["rollout/kl_sampler_actor"] == pytest.approx(math.exp(-0.5) - 1 + 0.5, abs=1e-4)
+    assert off["actor/kl_old"] == pytest.approx(0.5, abs=1e-3)  # the PPO ratio sees the gap
+
+    honest_actor, actor_old = first_step(old_logprobs="actor")
+    assert abs(actor_old["actor/kl_old"]) < 1e-4  # recomputed old log-probs: ratio 1 again
+    honest_tis, _ = first_step(old_logprobs="actor", tis_cap=0.3)  # the same rollouts: weights min(1, 0.3)
+    assert honest_actor["actor/grad_norm"] > 1e-3  # one update: its gradient is scaled by exactly 0.3
+    assert honest_tis["actor/grad_norm"] == pytest.approx(0.3 * honest_actor["actor/grad_norm"], rel=1e-3)
+    with pytest.raises(ValueError, match="tis_cap"):
+        small_config(tmp_path, 1, tis_cap=2.0)

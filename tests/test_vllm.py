@@ -94,3 +94,23 @@ def test_vllm_sampler_in_the_trainer_reproduces_and_resumes(tiny_model_dir, tmp_
     torch.testing.assert_close(torch.tensor(sampler.prompt_logprobs([sequence])[0]),
                                torch.tensor(actor_logprobs(load_model(str(folder)), [sequence], [1])[0]),
                                atol=1e-4, rtol=0)
+
+
+def test_the_sampler_actor_gap_catches_a_skipped_weight_push(choice_model_dir, tmp_path):
+    """rollout/logprob_diff_* stay near zero while every update is pushed to the engine, and jump
+    when one push is skipped (the stale-engine failure of other frameworks' sleep modes)."""
+    from pathlib import Path
+
+    import twostep
+    from agentrl.trainer import RLTrainer
+
+    config = twostep.config(tmp_path / "run", 4, sampler={"type": "vllm"}, optim={"lr": 1e-2})
+    with RLTrainer(config, str(choice_model_dir), Path(config.run_dir)) as trainer:
+        fresh = [trainer.train_step() for _ in range(2)]
+        trainer.sampler.update_weights = lambda weights: [None for _ in weights]  # pushes skipped from now
+        fresh.append(trainer.train_step())  # sampled with the weights pushed after step 2
+        stale = trainer.train_step()  # sampled with step 3's weights again, the actor one update further
+    for m in fresh:
+        assert m["rollout/logprob_diff_max"] < 1e-3 and m["rollout/kl_sampler_actor"] < 1e-5, m
+    assert stale["rollout/logprob_diff_mean"] > 10 * max(m["rollout/logprob_diff_mean"] for m in fresh)
+    assert stale["rollout/kl_sampler_actor"] > 1e-4

@@ -125,7 +125,8 @@ class ReferenceLogprobs(Component):
             with self.policy.disable_adapter():
                 return response_logprobs(self.policy, tokens, self.temperature)[0]
 
-        for s, logp in zip(batch.samples, per_sample(batch.samples, self.token_budget, self.pad_id, logprobs)):
+        found = per_sample(batch.samples, self.token_budget, self.pad_id, lambda batches: [logprobs(b) for b in batches])
+        for s, logp in zip(batch.samples, found):
             s.ref_logprobs = logp.tolist()
 
 

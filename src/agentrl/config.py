@@ -508,6 +508,17 @@ class RLConfig(Section):
     its step reward before the advantages) instead of as a loss term."""
     entropy_coef: float = Field(0.0, ge=0)
     """Weight of the entropy bonus (subtracted from the loss)."""
+    old_logprobs: Literal["sampler", "actor"] = "sampler"
+    """The "old" log-probs of the PPO ratio: the sampler's, as it sampled, or the actor's,
+    recomputed before the update (then the ratio is exactly 1 at the first mini-batch even
+    where the sampler's numerics differ, e.g. vLLM in bf16)."""
+    tis_cap: float | None = Field(None, gt=0)
+    """With old_logprobs: actor, weight each token's loss by min(p_actor / p_sampler, tis_cap)
+    (truncated importance sampling: the rollouts came from the sampler, not the actor)."""
+    check_logprobs_every: int = Field(1, ge=0)
+    """Every N steps, compare the actor's log-probs of the sampled tokens with the sampler's
+    (rollout/logprob_diff_mean, _max, rollout/kl_sampler_actor; 0: never, unless
+    old_logprobs: actor needs them every step). Costs one forward pass without gradients."""
     advantage: Annotated[Section, ADVANTAGES.field("grpo")] = Field(default_factory=GRPOConfig)
     """The advantage estimator, by `type` (grpo, rloo, gigpo, gagpo, rlvmr, ppo, or a plugin's)."""
     loss: Annotated[Section, POLICY_LOSSES.field("ppo_clip")] = Field(default_factory=PPOClipConfig)
@@ -558,6 +569,12 @@ class RLConfig(Section):
     def _known_kl(cls, name: str) -> str:
         KL_ESTIMATORS.entry(name)
         return name
+
+    @model_validator(mode="after")
+    def _tis_needs_actor_logprobs(self):
+        if self.tis_cap is not None and self.old_logprobs != "actor":
+            raise ValueError("rl.tis_cap weights by p_actor / p_sampler: it needs rl.old_logprobs: actor")
+        return self
 
     @model_validator(mode="after")
     def _backend_supports(self):

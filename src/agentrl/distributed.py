@@ -54,6 +54,14 @@ def all_sum(values: list[float]) -> list[float]:
     return tensor.tolist()
 
 
+def all_max(value: float) -> float:
+    if world() == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.float64, device=device())
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return float(tensor)
+
+
 def mean_metrics(metrics: dict[str, float]) -> dict[str, float]:
     """Each key averaged over the ranks that logged it (ranks may log different keys: e.g. an
     estimator's statistics need at least two samples)."""

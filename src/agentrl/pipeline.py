@@ -38,7 +38,8 @@ from agentrl.trainer import RLTrainer
 console = Console()
 
 RL_CONTINUABLE = ("rl.steps", "rl.eval_every", "rl.save_every", "rl.keep_last", "rl.workers",
-                  "rl.env_step_timeout_s", "rl.env_reset_timeout_s", "rl.max_aborted_share", "rl.max_skipped_updates")
+                  "rl.env_step_timeout_s", "rl.env_reset_timeout_s", "rl.max_aborted_share", "rl.max_skipped_updates",
+                  "rl.check_logprobs_every")
 """RL settings that do not change what the steps already taken did."""
 EVAL_GUARDS = ("eval.max_aborted_share",)
 """Evaluation settings that decide only whether a result is an error."""

@@ -18,7 +18,7 @@ import torch
 
 from agentrl import distributed
 from agentrl.actor.base import Actor
-from agentrl.actor.batch import TrainSample, micro_batches
+from agentrl.actor.batch import TrainSample, micro_batches, per_sample
 from agentrl.advantages import compute_advantages
 from agentrl.checkpoint import latest_checkpoint, read_state, save_checkpoint
 from agentrl.components import Context, StepBatch, build_components, timed
@@ -149,6 +149,10 @@ class RLTrainer:
         steps = [s for t in usable for s in t.steps]
         batch = StepBatch(step, usable, steps,
                           [TrainSample.from_turn(s.prompt_ids, s.response_ids, old_logprobs=s.logprobs) for s in steps])
+        every = self.rl.check_logprobs_every
+        if self.rl.old_logprobs == "actor" or (every and step % every == 0):
+            with timed(timing, "actor_logprobs"):
+                self._check_sampler(batch)
         self._hook("score", batch, timing)  # reference log-probs, reward terms, critic values
         with timed(timing, "advantage"):
             batch.advantages = compute_advantages(usable, self.rl.advantage)
@@ -181,6 +185,28 @@ class RLTrainer:
         metrics["tokens/response"] = float(n_tokens / self.rl.epochs)
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
         return metrics
+
+    def _check_sampler(self, batch: StepBatch) -> None:
+        """The actor's log-probs of the sampled tokens against the sampler's: how far sampling is
+        from the policy being trained (other kernels, precision, a stale weight push). With
+        rl.old_logprobs: actor they become the PPO ratio's old log-probs (and the TIS weights)."""
+        rl, temperature = self.rl, self.config.sampling.temperature or 1.0
+        found = per_sample(batch.samples, rl.micro_batch_tokens, self.tokenizer.pad_token_id,
+                           lambda batches: self.actor.score_logprobs(batches, temperature))
+        diffs, k3 = [], []
+        for sample, actor_logp in zip(batch.samples, found):
+            log_ratio = actor_logp.float().cpu() - torch.tensor(sample.old_logprobs)  # log p_actor / p_sampler
+            diffs.append(log_ratio.abs())
+            k3.append(torch.exp(log_ratio) - 1 - log_ratio)  # KL(sampler || actor), sampled from the sampler
+            if rl.old_logprobs == "actor":
+                if rl.tis_cap is not None:
+                    sample.is_weight = torch.clamp(torch.exp(log_ratio), max=rl.tis_cap).tolist()
+                sample.old_logprobs = actor_logp.tolist()
+        diff = torch.cat(diffs) if diffs else torch.zeros(0)
+        total, n, kl = distributed.all_sum([float(diff.sum()), diff.numel(), float(sum(x.sum() for x in k3))])
+        batch.metrics.update({"rollout/logprob_diff_mean": total / max(n, 1),
+                              "rollout/logprob_diff_max": distributed.all_max(float(diff.max()) if diff.numel() else 0.0),
+                              "rollout/kl_sampler_actor": kl / max(n, 1)})
 
     def _hook(self, hook: str, batch: StepBatch, timing: dict) -> None:
         for component in self.components:
@@ -226,6 +252,8 @@ class RLTrainer:
             logp, entropy = self.actor.token_logprobs(batch, temperature, entropy=True)
             weight = batch.weight  # (N,): rl.loss_agg over the whole mini-batch
             pg, counts = loss_impl(logp, batch.old_logprobs, batch.advantages, batch.sample_index, rl.loss)
+            if batch.is_weight is not None:  # truncated importance sampling (rl.tis_cap)
+                pg = batch.is_weight * pg
             total = (weight * pg).sum()
             # kl_old: mean of log(old / new) per token; ~0 on the first mini-batch of an update,
             # where the actor must score the sampled tokens exactly as the sampler did.

@@ -39,6 +39,11 @@ class Actor(Protocol):
         """log p(token) (N,) and optionally the entropy (N,) at the batch's trained tokens."""
         ...
 
+    def score_logprobs(self, batches: list[TokenBatch], temperature: float = 1.0) -> list[torch.Tensor]:
+        """log p (N,) of each batch's trained tokens, without gradients. With several ranks every
+        rank calls it at once (sharded backends pad to the same number of forward passes)."""
+        ...
+
     def token_hidden(self, batch: TokenBatch) -> torch.Tensor:
         """(N, H): the final hidden state at each position that predicts a trained token."""
         ...

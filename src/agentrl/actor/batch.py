@@ -32,6 +32,9 @@ class TokenFields:
     mini-batch), the SFT token weight (1 on responses, sft.prompt_loss_weight on contexts)."""
     target: list[float] | torch.Tensor | None = None
     """A per-token regression or classification target (the judge classifier's 0/1 label)."""
+    is_weight: list[float] | torch.Tensor | None = None
+    """Truncated importance weight min(p_actor / p_sampler, rl.tis_cap) of the token (with
+    rl.tis_cap): corrects for the sampler's numerics differing from the actor's."""
 
 
 FIELDS = tuple(f.name for f in fields(TokenFields))
@@ -117,12 +120,13 @@ def micro_batches(samples: list[TrainSample], token_budget: int, pad_id: int = 0
 
 
 def per_sample(samples: list[TrainSample], token_budget: int, pad_id: int,
-               compute: Callable[[TokenBatch], torch.Tensor]) -> list[torch.Tensor]:
-    """`compute(batch)` -> (N, ...) per trained token, run over budget-sized micro-batches and
-    split back into one tensor (n_targets, ...) per sample, in the order of `samples`."""
+               compute: Callable[[list[TokenBatch]], list[torch.Tensor]]) -> list[torch.Tensor]:
+    """`compute(batches)` -> one (N, ...) tensor per trained token of each batch, run on the
+    samples packed into budget-sized micro-batches, split back into one tensor (n_targets, ...)
+    per sample, in the order of `samples`."""
+    chunks = list(budget_chunks(samples, token_budget))
     out: dict[int, torch.Tensor] = {}
-    for chunk in budget_chunks(samples, token_budget):
-        values = compute(collate(chunk, pad_id))
+    for chunk, values in zip(chunks, compute([collate(c, pad_id) for c in chunks])):
         for s, part in zip(chunk, values.split([s.n_targets for s in chunk])):
             out[id(s)] = part
     return [out[id(s)] for s in samples]

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from agentrl.actor.base import backward_all
-from agentrl.actor.fsdp import TokenHead, call_root, padded_work, summed_over_ranks, write_plain_copy
+from agentrl.actor.fsdp import TokenHead, call_root, padded_scores, padded_work, summed_over_ranks, write_plain_copy
 from agentrl.actor.single import make_optimizer
 from agentrl.distributed import device
 from agentrl.errors import RunError
@@ -56,6 +56,9 @@ class DeepSpeedActor:
 
     def token_logprobs(self, batch, temperature=1.0, entropy=False):
         return call_root(self.engine, batch, temperature, entropy)
+
+    def score_logprobs(self, batches, temperature=1.0):
+        return padded_scores(self, batches, temperature)
 
     def token_hidden(self, batch):
         return call_root(self.engine, batch, hidden=True)

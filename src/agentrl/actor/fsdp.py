@@ -51,6 +51,14 @@ def padded_work(parts, idle_loss) -> list[tuple]:
     return work + [(work[0][0], work[0][1], 0.0)] * (int(count) - len(work))
 
 
+@torch.no_grad()
+def padded_scores(actor, batches, temperature: float) -> list[torch.Tensor]:
+    """A sharded actor's log-probs of `batches`, every rank running as many forward passes."""
+    work = padded_work([(batches, None)], None)
+    scores = [actor.token_logprobs(batch, temperature)[0] for batch, _, _ in work]
+    return scores[:len(batches)]
+
+
 def summed_over_ranks(totals: dict[str, float]) -> dict[str, float]:
     keys = sorted(totals)
     summed = torch.tensor([totals[k] for k in keys], dtype=torch.float64, device=device())
@@ -106,6 +114,9 @@ class FSDPActor:
 
     def token_logprobs(self, batch, temperature=1.0, entropy=False):
         return call_root(self.net, batch, temperature, entropy)
+
+    def score_logprobs(self, batches, temperature=1.0):
+        return padded_scores(self, batches, temperature)
 
     def token_hidden(self, batch):
         return call_root(self.net, batch, hidden=True)

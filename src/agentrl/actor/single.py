@@ -58,6 +58,10 @@ class SingleActor:
     def token_logprobs(self, batch, temperature=1.0, entropy=False):
         return response_logprobs(self.model, batch, temperature, entropy)
 
+    @torch.no_grad()
+    def score_logprobs(self, batches, temperature=1.0):
+        return [self.token_logprobs(b, temperature)[0] for b in batches]
+
     def token_hidden(self, batch):
         return trained_hidden(self.model, batch)
 

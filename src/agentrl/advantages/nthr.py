@@ -48,7 +48,7 @@ def nthr_token_weights(h_pos, y_pos, h_neg, y_neg, head_weight, temperature: flo
 @torch.no_grad()
 def token_hidden(model, samples, pad_id: int, token_budget: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(hidden (n, H), targets (n,)) of every sample's trained tokens, in the samples' order."""
-    hidden = per_sample(samples, token_budget, pad_id, lambda batch: trained_hidden(model, batch).float())
+    hidden = per_sample(samples, token_budget, pad_id, lambda batches: [trained_hidden(model, b).float() for b in batches])
     return [(h, torch.tensor(s.ids)[1:][torch.tensor(s.mask)[1:]].to(h.device)) for h, s in zip(hidden, samples)]
 
 
