@@ -26,6 +26,7 @@ LOSSES = ["test_actor.py", "test_kernels.py", "test_direction.py"]
 ROLLOUT = ["test_trainer.py", "test_pool.py", "test_household.py", "test_direction.py"]
 GCD = ["test_gcd.py"]
 EVAL = ["test_evaluate.py", "test_cli.py"]
+FAILURES = ["test_failures.py"]
 
 
 @dataclass
@@ -155,6 +156,18 @@ MUTANTS = [
            'self.optimizer.load_state_dict(saved["optimizer"])', "pass", TRAINER),
     Mutant("checkpoint: resumed run restarts its step count", "src/agentrl/trainer.py",
            'self.step = state["step"]', "self.step = 0", TRAINER),
+    # --- sampler-trainer gap ------------------------------------------------------------------------
+    Mutant("trainer: rl.old_logprobs: actor ignored", "src/agentrl/trainer.py",
+           "sample.old_logprobs = actor_logp.tolist()", "pass", ["test_trainer.py"]),
+    Mutant("trainer: TIS weights not applied", "src/agentrl/trainer.py",
+           "pg = batch.is_weight * pg", "pg = pg", ["test_trainer.py"]),
+    # --- failures ------------------------------------------------------------------------------------
+    Mutant("trainer: a step of aborted episodes goes on", "src/agentrl/trainer.py",
+           "if total and aborted / total > rl.max_aborted_share:", "if False:", FAILURES),
+    Mutant("actor: a non-finite update applied", "src/agentrl/actor/single.py",
+           "        if finite:\n", "        if True:\n", FAILURES),
+    Mutant("parser: nested action tags keep the outer opening", "src/agentrl/prompting.py",
+           'start = lower.rfind("<action>", first, end)', "start = first", ["test_prompting.py"]),
     # --- provenance --------------------------------------------------------------------------------
     Mutant("provenance: plugin source not hashed", "src/agentrl/provenance.py",
            "digest.update(file.read_bytes())", 'digest.update(b"")', ["test_plugins.py"]),
