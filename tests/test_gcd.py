@@ -132,6 +132,9 @@ def judge_server(optimist_dir):
 
 
 def test_external_judge_over_a_real_http_server(judge_server):
+    import urllib.request
+    with urllib.request.urlopen(f"{judge_server}/models", timeout=10) as reply:  # what clients probe first
+        assert json.loads(reply.read())["data"][0]["object"] == "model"
     endpoint = ChatEndpoint(judge_server, "tiny", "AGENTRL_TEST_KEY", timeout_s=60)
     replies = endpoint.complete("hello", n=5, temperature=1.0, max_tokens=5)
     assert len(replies) == 5 and all(isinstance(r, str) for r in replies)

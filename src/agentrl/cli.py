@@ -267,7 +267,8 @@ def _analyze(args) -> int:
 def _serve(args) -> int:
     from agentrl.models import load_model, load_tokenizer
     from agentrl.serve import make_server
-    server = make_server(load_model(args.model, "float32").eval(), load_tokenizer(args.model), args.host, args.port)
+    server = make_server(load_model(args.model, "float32").eval(), load_tokenizer(args.model), args.host, args.port,
+                         Path(args.model).name)
     print(f"serving {args.model} at http://{args.host}:{server.server_port}/v1/chat/completions")
     try:
         server.serve_forever()

@@ -17,11 +17,17 @@ from agentrl.config import SamplingConfig
 from agentrl.sampler.hf import HFSampler
 
 
-def make_server(model, tokenizer, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
-    """A server bound to (host, port); port 0 picks a free one (see `server.server_port`)."""
+def make_server(model, tokenizer, host: str = "127.0.0.1", port: int = 0, name: str = "agentrl") -> ThreadingHTTPServer:
+    """A server bound to (host, port); port 0 picks a free one (see `server.server_port`). GET
+    /v1/models lists the one model as `name` (clients probe it before chatting)."""
     sampler, lock = HFSampler(model, tokenizer), threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path.rstrip("/") not in ("/v1/models", "/models"):
+                return self._reply(404, {"error": {"message": f"no route {self.path}"}})
+            self._reply(200, {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "agentrl"}]})
+
         def do_POST(self):
             if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
                 return self._reply(404, {"error": {"message": f"no route {self.path}"}})
