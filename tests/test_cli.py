@@ -41,6 +41,11 @@ def test_run_pipeline_end_to_end_and_rerun_skips_done_phases(tmp_path, capsys):
     assert main(["run", str(path)]) == 0
     assert (run / "sft" / "model" / "model.safetensors").stat().st_mtime == stamp
 
+    checkpoint = run / "rl" / "checkpoints" / "step_000001"  # a checkpoint folder, not its model/
+    assert main(["eval", str(path), "--checkpoint", str(checkpoint), "--out", str(tmp_path / "ev")]) == 0
+    out = capsys.readouterr().out
+    assert "Success rate" in out and "L0" in out and "results.json" in out
+
 
 def test_eval_command_and_bad_recipe(tmp_path, capsys, tiny_model_dir):
     path = recipe(tmp_path, eval={"episodes": 3, "splits": ["l2"]})

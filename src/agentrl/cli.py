@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="evaluate a checkpoint on L0/L1/L2")
     _recipe_args(p)
-    p.add_argument("--checkpoint", required=True, help="HF folder (a checkpoint's model/ folder works)")
+    p.add_argument("--checkpoint", required=True, help="HF model folder, or a checkpoint folder (its model/)")
     p.add_argument("--out", required=True, help="folder for results.json and trajectories_*.jsonl")
 
     analyze = sub.add_parser("analyze", help="the gradient-coupling lab").add_subparsers(dest="analyze_command",
@@ -181,8 +181,13 @@ def _dispatch(args, config) -> int:
     elif args.command == "train":
         return _train(args, config)
     elif args.command == "eval":
-        results = pipeline.evaluate_checkpoint(config, args.checkpoint, Path(args.out))
-        print(json.dumps(results, indent=2))
+        checkpoint = Path(args.checkpoint)
+        if (checkpoint / "model" / "config.json").is_file():  # a checkpoint folder: its HF model
+            checkpoint = checkpoint / "model"
+        results = pipeline.evaluate_checkpoint(config, str(checkpoint), Path(args.out))
+        pipeline.print_summary({"splits": list(results), "episodes": config.eval.episodes,
+                                "phases": {str(checkpoint): results}})
+        print(f"results: {Path(args.out) / 'results.json'}")
     return 0
 
 
