@@ -1,4 +1,5 @@
 import json
+import re
 
 import yaml
 
@@ -35,7 +36,9 @@ def test_run_pipeline_end_to_end_and_rerun_skips_done_phases(tmp_path, capsys):
         assert all(0 <= r["success"] <= 1 and r["episodes"] == 2 for r in phase.values())
     assert (run / "config.yaml").exists() and (run / "sft" / "model" / "config.json").exists()
     assert (run / "rl" / "checkpoints").is_dir() and (run / "eval" / "sft" / "trajectories_l1.jsonl").exists()
-    assert "Success rate" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Success rate" in out
+    assert re.search(r"SFT step (\d+)/\1  epoch 1  loss", out) and "RL step 1/1  success" in out  # a log's lines
 
     stamp = (run / "sft" / "model" / "model.safetensors").stat().st_mtime
     assert main(["run", str(path)]) == 0

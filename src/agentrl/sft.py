@@ -9,7 +9,7 @@ from agentrl.actor.batch import TrainSample, micro_batches
 from agentrl.actor.single import SingleActor
 from agentrl.config import ConfigError
 from agentrl.data import read_chat_dataset
-from agentrl.progress import progress, set_stage
+from agentrl.progress import plain_output, progress, set_stage
 
 
 def encode_conversation(tokenizer, messages: list[dict], prompt_weight: float = 0.0) -> TrainSample:
@@ -69,6 +69,9 @@ def train_sft(model, tokenizer, data_path: str | Path, sft_cfg, seed: int, out_d
                     tracker.log(step, {"sft/loss": loss, "sft/epoch": epoch,
                                        **{f"sft/{k}": v for k, v in metrics.items()}})
                 bar.update(task, advance=1, description=f"SFT epoch {epoch + 1} loss {loss:.3f}")
+                total = sft_cfg.epochs * steps_per_epoch
+                if plain_output() and (step % max(1, total // 20) == 0 or step == total):
+                    print(f"SFT step {step}/{total}  epoch {epoch + 1}  loss {loss:.3f}", flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

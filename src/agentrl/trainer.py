@@ -28,7 +28,7 @@ from agentrl.errors import RunError
 from agentrl.evaluate import evaluate
 from agentrl.losses.policy import aggregation_weights
 from agentrl.models import add_lora, load_model, load_tokenizer
-from agentrl.progress import progress, set_stage
+from agentrl.progress import plain_output, progress, set_stage
 from agentrl.registry import ACTORS, KL_ESTIMATORS, POLICY_LOSSES, SAMPLERS
 from agentrl.rollout.collect import collect
 from agentrl.sampler.base import Sampler
@@ -317,6 +317,11 @@ class RLTrainer:
                                         {c.name: c for c in self.components})
                     bar.update(task, completed=self.step, description=(
                         f"RL success {metrics['rollout/success']:.2f} len {metrics['rollout/length']:.1f}"))
+                    if main and plain_output():
+                        print(f"RL step {self.step}/{rl.steps}  success {metrics['rollout/success']:.2f}  reward "
+                              f"{metrics['rollout/episode_reward']:.2f}  length {metrics['rollout/length']:.1f}  kl "
+                              f"{metrics.get('actor/kl', 0.0):.4f}  entropy {metrics.get('actor/entropy', 0.0):.3f}  "
+                              f"{metrics['timing_s/step']:.1f} s", flush=True)
             if main and not results:  # resumed at the last step: the final evaluation again
                 results = self.evaluate()
         finally:
