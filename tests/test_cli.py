@@ -1,6 +1,7 @@
 import json
 import re
 
+import pytest
 import yaml
 
 from agentrl.cli import main
@@ -39,6 +40,18 @@ def test_run_pipeline_end_to_end_and_rerun_skips_done_phases(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Success rate" in out
     assert re.search(r"SFT step (\d+)/\1  epoch 1  loss", out) and "RL step 1/1  success" in out  # a log's lines
+
+    # TensorBoard: the post-SFT evaluation is step 0 of the eval curves; success per task type.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(run / "rl" / "logs" / "tb"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    l0 = [(e.step, e.value) for e in events.Scalars("eval/l0/success")]
+    assert l0 == [(0, pytest.approx(summary["phases"]["sft"]["l0"]["success"])),
+                  (1, pytest.approx(summary["phases"]["rl"]["l0"]["success"]))]
+    assert {f"eval/l1/success/{kind}" for kind in summary["phases"]["rl"]["l1"]["per_task_type"]} <= tags
+    assert any(tag.startswith("rollout/success/") for tag in tags)
+    assert {"rollout/logprob_diff_mean", "rollout/kl_sampler_actor", "actor/skipped_updates"} <= tags
 
     stamp = (run / "sft" / "model" / "model.safetensors").stat().st_mtime
     assert main(["run", str(path)]) == 0

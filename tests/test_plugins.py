@@ -49,7 +49,8 @@ def test_the_readme_plugin_example_end_to_end(tmp_path, monkeypatch, capsys):
     assert config.imports == [str(user / "my_plugin.py")] and config.rl.advantage.type == "loo_median"
     assert config.model.path == "runs/guess/model-init"  # the tiny model follows run_dir
     rows = [json.loads(line) for line in (run / "rl" / "logs" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [0, 1, 2]  # step 0: the post-SFT evaluation
+    assert rows[0]["eval/l0/success"] == summary["phases"]["sft"]["l0"]["success"]
     capsys.readouterr()
 
     sft_stamp = (run / "sft" / "model" / "model.safetensors").stat().st_mtime_ns

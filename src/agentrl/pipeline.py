@@ -99,11 +99,11 @@ def sft(config: Config, model_path: str, data: str | Path, out: str | Path, log_
     return out
 
 
-def train_rl(config: Config, model_path: str, run_dir: Path, resume: bool) -> dict:
+def train_rl(config: Config, model_path: str, run_dir: Path, resume: bool, baseline: dict | None = None) -> dict:
     """RL to `rl.steps` in `run_dir` (resuming from its last checkpoint when asked); the final
-    evaluation."""
+    evaluation. `baseline`: the starting model's evaluation, logged as step 0."""
     with RLTrainer(config, model_path, run_dir) as trainer:
-        return trainer.run(resume=resume)
+        return trainer.run(resume=resume, baseline=baseline)
 
 
 def evaluate_checkpoint(config: Config, model_path: str, out_dir: Path, workers: int = 0) -> dict:
@@ -187,7 +187,8 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
             ckpt = latest_checkpoint(rl_dir)
             if ckpt is not None:
                 console.print(f"[bold]rl[/] continuing from {ckpt.name} to step {config.rl.steps}")
-            results["rl"] = train_rl(config, model_path, rl_dir, resume=True)
+            results["rl"] = train_rl(config, model_path, rl_dir, resume=True,
+                                     baseline=results.get("sft", results["initial"]))
             done.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(done, json.dumps(results["rl"], indent=2))
             phases.complete("eval rl", eval_settings)

@@ -39,6 +39,9 @@ from agentrl.tracking import Tracker
 def rollout_metrics(trajectories) -> dict[str, float]:
     steps = [s for t in trajectories for s in t.steps]
     n = max(len(trajectories), 1)
+    by_type: dict[str, list[bool]] = {}
+    for t in trajectories:
+        by_type.setdefault(t.task_type, []).append(t.success)
     return {
         "rollout/success": sum(t.success for t in trajectories) / n,
         "rollout/episode_reward": sum(t.episode_reward for t in trajectories) / n,
@@ -48,6 +51,7 @@ def rollout_metrics(trajectories) -> dict[str, float]:
         "rollout/response_tokens": statistics.fmean(len(s.response_ids) for s in steps) if steps else 0.0,
         "rollout/aborted": float(sum(t.aborted for t in trajectories)),
         "rollout/dropped_groups": float(len({t.group_id for t in trajectories if t.aborted})),
+        **{f"rollout/success/{kind}": statistics.fmean(wins) for kind, wins in sorted(by_type.items())},
     }
 
 
@@ -284,8 +288,10 @@ class RLTrainer:
                         self.run_dir / "eval" / f"step_{self.step:06d}", self.components)
 
     # --- the loop ----------------------------------------------------------------------------------
-    def run(self, resume: bool = False) -> dict:
-        """Train to `rl.steps` (from the last checkpoint when resuming); the final evaluation."""
+    def run(self, resume: bool = False, baseline: dict | None = None) -> dict:
+        """Train to `rl.steps` (from the last checkpoint when resuming); the final evaluation.
+        `baseline`: evaluation results of the model RL starts from (the pipeline's post-SFT or
+        initial evaluation), logged as step 0 of the eval/* curves when the run starts fresh."""
         rl = self.rl
         if resume and (ckpt := latest_checkpoint(self.run_dir)) is not None:
             self.actor.load(ckpt)
@@ -297,6 +303,8 @@ class RLTrainer:
                 component.load_state(state.get("components", {}).get(component.name, {}))
         main = distributed.is_main()  # with several ranks, rank 0 evaluates, logs and reports
         tracker = Tracker(self.run_dir / "logs", resume_step=self.step) if main else None
+        if tracker is not None and self.step == 0 and baseline:
+            tracker.log(0, eval_metrics(baseline))
         results = {}
         try:
             with progress(disable=not main) as bar:
@@ -306,8 +314,7 @@ class RLTrainer:
                     last = self.step == rl.steps
                     if main and ((rl.eval_every and self.step % rl.eval_every == 0) or last):
                         results = self.evaluate()
-                        metrics.update({f"eval/{split}/{key}": value for split, r in results.items()
-                                        for key, value in r.items() if isinstance(value, (int, float))})
+                        metrics.update(eval_metrics(results))
                     distributed.barrier()
                     if tracker is not None:
                         tracker.log(self.step, metrics)
@@ -328,6 +335,15 @@ class RLTrainer:
             if tracker is not None:
                 tracker.close()
         return results
+
+
+def eval_metrics(results: dict) -> dict[str, float]:
+    """eval/<split>/<number> and eval/<split>/success/<task type> of an evaluation's results."""
+    metrics = {}
+    for split, r in results.items():
+        metrics.update({f"eval/{split}/{key}": value for key, value in r.items() if isinstance(value, (int, float))})
+        metrics.update({f"eval/{split}/success/{kind}": rate for kind, rate in r["per_task_type"].items()})
+    return metrics
 
 
 def mini_batch_split(samples: list, size: int, n_chunks: int, world: int) -> list[list]:
