@@ -387,3 +387,15 @@ def test_a_pipeline_killed_inside_each_phases_save_reruns_to_the_same_results(tm
     assert run(path) == 0
     straight = json.loads((tmp_path / "straight" / "summary.json").read_text())["phases"]
     assert json.loads((tmp_path / "killed" / "summary.json").read_text())["phases"] == straight
+
+
+def test_metrics_log_survives_a_line_cut_by_a_kill_and_a_restart_drops_stale_steps(tmp_path):
+    from agentrl.tracking import Tracker, read_metrics
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "metrics.jsonl").write_text('{"step": 1, "a": 1.0}\n{"step": 2, "a": 2.0}\n{"step": 3, "a"')
+    Tracker(logs, resume_step=2).close()  # resumed from step 2's checkpoint: the cut line goes
+    assert [r["step"] for r in read_metrics(logs / "metrics.jsonl")] == [1, 2]
+    Tracker(logs, resume_step=0).close()  # started over (killed before the first checkpoint)
+    assert read_metrics(logs / "metrics.jsonl") == []
