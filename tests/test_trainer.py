@@ -486,7 +486,7 @@ def test_sampler_actor_gap_is_measured_and_old_logprobs_and_tis_follow_the_choic
     import twostep
 
     def first_step(**rl):
-        config = twostep.config(tmp_path / str(len(rl)), 2, **rl)
+        config = twostep.config(tmp_path / str(len(rl)), 2, temperature=0.8, **rl)  # scored at T 0.8
         with RLTrainer(config, str(choice_model_dir), Path(config.run_dir)) as trainer:
             honest = trainer.learn(trainer.rollout(1), 1)
             trainer.sampler = OverconfidentSampler(trainer.sampler)
