@@ -138,8 +138,7 @@ def _command(args) -> int:
         try:
             print(export_model(args.checkpoint, args.out, args.base))
         except (FileNotFoundError, ValueError) as err:
-            print(f"export: {err}", file=sys.stderr)
-            return 2
+            raise ConfigError(f"export: {err}") from None
         return 0
     if args.command == "analyze":
         return _analyze(args)

@@ -17,7 +17,8 @@ class Tracker:
         if self.jsonl.exists():
             # Drop lines logged after the checkpoint we resume from (all of them when starting
             # over): they will be logged again. A line cut by a kill is dropped too.
-            kept = [ln for ln in self.jsonl.read_text().splitlines() if _step(ln) is not None and _step(ln) <= resume_step]
+            kept = [ln for ln in self.jsonl.read_text().splitlines() if (step := _step(ln)) is not None
+                    and step <= resume_step]
             write_atomic(self.jsonl, "".join(ln + "\n" for ln in kept))
         self.writer = SummaryWriter(str(log_dir / "tb"), purge_step=resume_step + 1)
 

@@ -7,9 +7,10 @@ answer, so the workers step their environments concurrently.
 Faults: a worker that dies, or does not answer within the time limit, is killed and replaced;
 the slots it held answer `None` (their episodes are aborted) and the call completes. A worker
 found dead before a call (it died while idle) is replaced before it is given work: before a
-reset no episode is charged for it; before a step its episodes in flight are aborted. A worker that dies before ever answering `START_FAILURES` times in a
-row stops the run (`RunError`): it cannot start, typically because it imports a script that
-trains without the `if __name__ == "__main__":` guard. An exception raised by an environment
+reset no episode is charged for it; before a step its episodes in flight are aborted. A worker
+that dies before ever answering `START_FAILURES` times in a row stops the run (`RunError`): it
+cannot start, typically because it imports a script that trains without the
+`if __name__ == "__main__":` guard. An exception raised by an environment
 itself (a missing game, a bad task id) is not a fault: it is raised in the caller with the
 worker's traceback. `faults` keeps a line per fault, for the error that stops a run.
 """
@@ -134,19 +135,20 @@ class EnvPool:
                 failed.add(worker)
         deadline = time.monotonic() + self.timeouts[command]
         for worker, share in shares.items():
-            conn = self._conns[worker]
-            try:
-                if worker not in failed and not conn.poll(max(0.0, deadline - time.monotonic())):
-                    limit = f"rl.env_{command}_timeout_s = {self.timeouts[command]:g}"
-                    self._replace(worker, f"did not answer a {command} within the time limit ({limit})")
-                    answers.update({slot: None for slot in share})
-                    continue
-                if worker in failed:
-                    raise EOFError
-                status, payload = conn.recv()
-            except (EOFError, OSError):
+            conn, died, cause = self._conns[worker], worker in failed, None
+            if not died and not conn.poll(max(0.0, deadline - time.monotonic())):
+                cause = (f"did not answer a {command} within the time limit "
+                         f"(rl.env_{command}_timeout_s = {self.timeouts[command]:g})")
+            elif not died:
+                try:
+                    status, payload = conn.recv()
+                except (EOFError, OSError):
+                    died = True
+            if died:
                 self._procs[worker].join(timeout=5)
-                self._replace(worker, f"exited during a {command} (exit code {self._procs[worker].exitcode})")
+                cause = f"exited during a {command} (exit code {self._procs[worker].exitcode})"
+            if cause is not None:
+                self._replace(worker, cause)
                 answers.update({slot: None for slot in share})
                 continue
             self._answered[worker], self._start_failures[worker] = True, 0
