@@ -505,3 +505,62 @@ def test_sampler_actor_gap_is_measured_and_old_logprobs_and_tis_follow_the_choic
     assert honest_tis["actor/grad_norm"] == pytest.approx(0.3 * honest_actor["actor/grad_norm"], rel=1e-3)
     with pytest.raises(ValueError, match="tis_cap"):
         small_config(tmp_path, 1, tis_cap=2.0)
+
+
+def sampled_and_trained(config, model_dir):
+    """One RL step on the trainer's real sampler and actor, watching both ends: what the sampler
+    was given and returned, and what the update's policy loss read. Each a sorted list of
+    (prompt ids, response ids, response log-probs); also the step's trajectories and tokenizer."""
+    sampled, trained = [], []
+    with RLTrainer(config, str(model_dir), Path(config.run_dir)) as trainer:
+        generate, optimizer_step = trainer.sampler.generate, trainer.actor.optimizer_step
+
+        def watch_generate(prompts, params):
+            generations = generate(prompts, params)
+            sampled.extend((tuple(p), tuple(g.token_ids), tuple(g.logprobs)) for p, g in zip(prompts, generations))
+            return generations
+
+        def watch_update(parts):
+            for batch in parts[0][0]:  # the policy loss's micro-batches
+                offset = 0
+                for row in range(len(batch.input_ids)):
+                    ids = batch.input_ids[row][batch.attention_mask[row].bool()].tolist()
+                    mask = batch.mask[row][:len(ids)]
+                    first = int(mask.nonzero()[0])
+                    assert mask[first:].all() and not mask[len(ids):].any()  # the response is the tail
+                    n = len(ids) - first
+                    trained.append((tuple(ids[:first]), tuple(ids[first:]),
+                                    tuple(batch.old_logprobs[offset:offset + n].tolist())))
+                    offset += n
+            return optimizer_step(parts)
+
+        trainer.sampler.generate, trainer.actor.optimizer_step = watch_generate, watch_update
+        trajectories = trainer.rollout(1)
+        trainer.learn(trajectories, 1)
+    return sorted(sampled), sorted(trained), trajectories, trainer.tokenizer
+
+
+def assert_round_trip(config, model_dir):
+    """The token ids trained are exactly those the sampler saw and produced, turn after turn: no
+    response re-tokenised, no token lost at a turn boundary, the chat template applied once, the
+    same way, and the sampler's log-probs travelling with their own tokens."""
+    from agentrl.rollout.collect import encode_prompt
+
+    sampled, trained, trajectories, tokenizer = sampled_and_trained(config, model_dir)
+    steps = [s for t in trajectories for s in t.steps]
+    assert len(sampled) == len(trained) == len(steps) > len(trajectories)  # several turns each
+    for (p, r, logp), (tp, tr, tlogp) in zip(sampled, trained):
+        assert (tp, tr) == (p, r)
+        torch.testing.assert_close(torch.tensor(tlogp), torch.tensor(logp, dtype=torch.float32), atol=1e-6, rtol=0)
+    for t in trajectories:
+        for turn, (s, after) in enumerate(zip(t.steps, t.steps[1:] + [None])):
+            assert s.prompt_ids == encode_prompt(tokenizer, s.prompt), turn  # one template, at both ends
+            assert tokenizer.decode(s.response_ids, skip_special_tokens=True) == s.response
+            if after is not None:  # the next turn shows this turn's action in its history
+                assert f"Action: {s.action or '(no valid action)'}" in after.prompt
+
+
+def test_trained_tokens_are_the_sampled_tokens_with_the_hf_sampler(choice_model_dir, tmp_path):
+    import twostep
+
+    assert_round_trip(twostep.config(tmp_path, 1, temperature=0.8), choice_model_dir)

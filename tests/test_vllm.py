@@ -14,7 +14,7 @@ from agentrl.models import load_model, load_tokenizer  # noqa: E402
 from agentrl.sampler.vllm import VLLMSampler  # noqa: E402
 from agentrl.tracking import read_metrics  # noqa: E402
 
-from test_trainer import run, small_config, strip_timing  # noqa: E402
+from test_trainer import assert_round_trip, run, small_config, strip_timing  # noqa: E402
 
 
 def actor_logprobs(model, sequences, n_prompt, temperature=1.0):
@@ -114,3 +114,9 @@ def test_the_sampler_actor_gap_catches_a_skipped_weight_push(choice_model_dir, t
         assert m["rollout/logprob_diff_max"] < 1e-3 and m["rollout/kl_sampler_actor"] < 1e-5, m
     assert stale["rollout/logprob_diff_mean"] > 10 * max(m["rollout/logprob_diff_mean"] for m in fresh)
     assert stale["rollout/kl_sampler_actor"] > 1e-4
+
+
+def test_trained_tokens_are_the_sampled_tokens_with_the_vllm_sampler(choice_model_dir, tmp_path):
+    import twostep
+
+    assert_round_trip(twostep.config(tmp_path, 1, temperature=0.8, sampler={"type": "vllm"}), choice_model_dir)

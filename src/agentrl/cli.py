@@ -233,6 +233,7 @@ def _train(args, config) -> int:
     results = train_rl(config, model, run_dir, resume=args.resume)
     if distributed.is_main():
         print(json.dumps(results, indent=2))
+    distributed.shutdown()
     return 0
 
 

@@ -18,6 +18,15 @@ def init_from_env() -> None:
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
 
 
+def shutdown() -> None:
+    """Leave the process group once every rank is done. Left to interpreter exit, gloo's threads
+    can be torn down while a peer still talks to them: the rank then aborts (SIGABRT) after
+    finishing its work, and torchrun reports the whole run as failed."""
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def device() -> torch.device:
     """This rank's device: its GPU (LOCAL_RANK) when CUDA is available, else the CPU."""
     if torch.cuda.is_available():
