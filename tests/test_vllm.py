@@ -116,7 +116,7 @@ def test_the_sampler_actor_gap_catches_a_skipped_weight_push(choice_model_dir, t
     assert stale["rollout/kl_sampler_actor"] > 1e-4
 
 
-def test_trained_tokens_are_the_sampled_tokens_with_the_vllm_sampler(choice_model_dir, tmp_path):
+def test_trained_tokens_are_the_sampled_tokens_with_the_vllm_sampler(tiny_model_dir, tmp_path):
     import twostep
 
-    assert_round_trip(twostep.config(tmp_path, 1, temperature=0.8, sampler={"type": "vllm"}), choice_model_dir)
+    assert_round_trip(twostep.config(tmp_path, 1, temperature=0.8, sampler={"type": "vllm"}), tiny_model_dir)
