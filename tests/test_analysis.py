@@ -4,7 +4,8 @@ import random
 import pytest
 import torch
 
-from agentrl.analysis.behaviour import load_trajectories, repetition_stats
+from agentrl.analysis.behaviour import repetition_stats
+from agentrl.rollout.records import read_trajectories
 from agentrl.analysis.coupling import (Pair, gradient_similarity, influence_gap, one_step_influence,
                                        representation_separation)
 from agentrl.cli import main
@@ -65,7 +66,7 @@ def test_analyze_cli_on_recorded_trajectories(tiny_model_dir, tmp_path):
              "action": s.action, "reward": s.reward, "prompt": s.prompt, "progress": s.progress} for s in t.steps]})
     path = tmp_path / "trajectories_l0.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert len(load_trajectories(path)) == 6
+    assert len(read_trajectories(path)) == 6
 
     out = tmp_path / "coupling"
     assert main(["analyze", "coupling", "--model", str(tiny_model_dir), "--trajectories", str(path),

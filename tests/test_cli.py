@@ -51,11 +51,41 @@ def test_run_pipeline_end_to_end_and_rerun_skips_done_phases(tmp_path, capsys):
                   (1, pytest.approx(summary["phases"]["rl"]["l0"]["success"]))]
     assert {f"eval/l1/success/{kind}" for kind in summary["phases"]["rl"]["l1"]["per_task_type"]} <= tags
     assert any(tag.startswith("rollout/success/") for tag in tags)
-    assert {"rollout/logprob_diff_mean", "rollout/kl_sampler_actor", "actor/skipped_updates"} <= tags
+    assert {"rollout/logprob_diff_mean", "rollout/kl_sampler_actor", "actor/skipped_updates",
+            "throughput/gen_tokens_per_s", "throughput/update_tokens_per_s", "timing_s/gen", "timing_s/update"} <= tags
+    assert all(events.Scalars(tag)[0].value > 0 for tag in tags if tag.startswith("throughput/"))
+    texts = {tag: events.Tensors(tag) for tag in events.Tags()["tensors"]}
+    samples = texts["samples/text_summary"][0].tensor_proto.string_val[0].decode()
+    assert texts["samples/text_summary"][0].step == 1 and "turn" in samples and "advantage" in samples
+    config_text = texts["config/text_summary"][0].tensor_proto.string_val[0].decode()
+    assert "tasks_per_step: 2" in config_text
+    sft_events = EventAccumulator(str(run / "sft" / "logs" / "tb"))
+    sft_events.Reload()
+    assert "config/text_summary" in sft_events.Tags()["tensors"] and "sft/loss" in sft_events.Tags()["scalars"]
+    phases = EventAccumulator(str(run / "logs" / "tb"))
+    phases.Reload()
+    expected = {"init", "eval initial", "expert data", "sft", "eval sft", "rl"}
+    assert set(phases.Tags()["scalars"]) == {f"phase_s/{name}" for name in expected}
+    assert set(summary["seconds"]) == expected and all(v > 0 for v in summary["seconds"].values())
+
+    # The step's training trajectories, every episode, in evaluation's record format.
+    from agentrl.rollout.records import read_trajectories
+    saved = read_trajectories(run / "rl" / "rollouts" / "step_000001.jsonl.gz")
+    assert len(saved) == 4 and {t.group_id for t in saved} == {0, 1}
+    assert all(s.prompt and s.advantage is not None for t in saved for s in t.steps)
+
+    # agentrl plot: every figure, a real PNG.
+    assert main(["plot", str(run)]) == 0
+    figures = {p.name: p.read_bytes() for p in (run / "plots").iterdir()}
+    assert set(figures) == {f"{name}.png" for name in ("eval_success", "rollout", "kl_entropy", "sampler_gap",
+                                                       "step_time", "sft_loss", "overview")}
+    assert all(data.startswith(b"\x89PNG") and len(data) > 5000 for data in figures.values())
+    assert main(["plot", str(tmp_path)]) == 2 and "no RL metrics" in capsys.readouterr().err
 
     stamp = (run / "sft" / "model" / "model.safetensors").stat().st_mtime
     assert main(["run", str(path)]) == 0
     assert (run / "sft" / "model" / "model.safetensors").stat().st_mtime == stamp
+    assert json.loads((run / "summary.json").read_text())["seconds"] == summary["seconds"]  # nothing ran again
 
     checkpoint = run / "rl" / "checkpoints" / "step_000001"  # a checkpoint folder, not its model/
     assert main(["eval", str(path), "--checkpoint", str(checkpoint), "--out", str(tmp_path / "ev")]) == 0

@@ -168,7 +168,7 @@ def test_two_rank_training_killed_and_resumed_matches_an_uninterrupted_run(tiny_
     from agentrl.tracking import read_metrics
 
     def rows(run_dir):
-        return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "eval/"))}
+        return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "throughput/", "eval/"))}
                 for r in read_metrics(run_dir / "rl" / "logs" / "metrics.jsonl")]
 
     with open(tmp_path / "straight.log", "w") as log:
@@ -180,6 +180,9 @@ def test_two_rank_training_killed_and_resumed_matches_an_uninterrupted_run(tiny_
     checkpoint = list_checkpoints(straight / "rl")[-1]
     assert (checkpoint / ("dcp" if backend == "fsdp2" else "ds")).is_dir()
     assert (checkpoint / "model" / "model.safetensors").is_file()
+    from agentrl.rollout.records import read_trajectories
+    saved = read_trajectories(straight / "rl" / "rollouts" / "step_000003.jsonl.gz")
+    assert sorted(t.group_id for t in saved) == [4, 4, 4, 5, 5, 5]  # both ranks' episodes of step 3
 
     # The same run, SIGKILLed (every rank at once) after a random checkpoint, then resumed.
     write_recipe(tmp_path / "b.yaml", tmp_path / "b", 3, backend)

@@ -35,7 +35,7 @@ def run(config, model_dir, resume=False):
 
 
 def strip_timing(rows):
-    return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "eval/"))} for r in rows]
+    return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "throughput/", "eval/"))} for r in rows]
 
 
 def test_resume_continues_exactly_like_an_uninterrupted_run(tiny_model_dir, tmp_path):
@@ -43,11 +43,12 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tiny_model_dir, tmp_
     run(small_config(straight, 3), tiny_model_dir)
 
     split = tmp_path / "split"
-    run(small_config(split, 2), tiny_model_dir)
+    run(small_config(split, 2, save_rollouts=2), tiny_model_dir)
     # Simulate a crash after step 2's checkpoint: a later, stale metrics line must not survive.
     with (split / "logs" / "metrics.jsonl").open("a") as f:
         f.write(json.dumps({"step": 3, "stale": 1.0}) + "\n")
-    run(small_config(split, 3), tiny_model_dir, resume=True)
+    run(small_config(split, 3, save_rollouts=2), tiny_model_dir, resume=True)
+    assert sorted(p.name for p in (split / "rollouts").iterdir()) == ["step_000002.jsonl.gz", "step_000003.jsonl.gz"]
 
     final_a = load_file(list_checkpoints(straight)[-1] / "model" / "model.safetensors")
     final_b = load_file(list_checkpoints(split)[-1] / "model" / "model.safetensors")

@@ -93,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--base", help="LoRA: the base model (default: the one the adapters name)")
 
+    p = sub.add_parser("plot", help="PNG figures of a run: evaluation success, rollouts, KL, sampler gap, step time")
+    p.add_argument("run_dir", help="a run folder (runs/demo) or its rl/ folder")
+    p.add_argument("--out", help="default: RUN_DIR/plots")
+
     p = sub.add_parser("serve", help="serve a local model over the OpenAI chat-completions protocol")
     p.add_argument("model", help="HF folder")
     p.add_argument("--host", default="127.0.0.1")
@@ -133,6 +137,11 @@ def _command(args) -> int:
         return 0
     if args.command == "serve":
         return _serve(args)
+    if args.command == "plot":
+        from agentrl.plot import plot_run
+        for path in plot_run(args.run_dir, args.out):
+            print(path)
+        return 0
     if args.command == "export":
         from agentrl.models import export_model
         try:
@@ -239,12 +248,13 @@ def _train(args, config) -> int:
 
 def _analyze(args) -> int:
     import torch
-    from agentrl.analysis.behaviour import action_confidence, load_trajectories, repetition_stats
+    from agentrl.analysis.behaviour import action_confidence, repetition_stats
+    from agentrl.rollout.records import read_trajectories
     from agentrl.models import load_model, load_tokenizer
 
     try:
-        trajectories = load_trajectories(args.trajectories)
-        ood = load_trajectories(args.ood) if getattr(args, "ood", None) else []
+        trajectories = read_trajectories(args.trajectories)
+        ood = read_trajectories(args.ood) if getattr(args, "ood", None) else []
     except (OSError, ValueError) as err:
         print(err, file=sys.stderr)
         return 2

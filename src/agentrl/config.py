@@ -549,6 +549,12 @@ class RLConfig(Section):
     """Checkpoint every N steps (0: only at the end)."""
     keep_last: int = Field(2, ge=1)
     """Checkpoints kept on disk."""
+    save_rollouts: int = Field(20, ge=0)
+    """Keep the training trajectories of the last N steps (every rank's) as
+    rl/rollouts/step_N.jsonl.gz, in evaluation's record format (0: none)."""
+    log_samples: int = Field(3, ge=0)
+    """Episodes per step whose last (prompt, response, reward, advantage) TensorBoard shows as
+    text (`samples`)."""
     workers: int = Field(0, ge=0)
     """Environment worker processes (0: environments run in the trainer process). With at least
     tasks_per_step x group_size, every environment has its own process, and a crash or hang
@@ -718,5 +724,10 @@ def validate_config(data: dict, source: str = "config") -> Config:
         raise ConfigError("\n".join(lines)) from None
 
 
+def config_yaml(config: Config) -> str:
+    """The resolved config as YAML (it holds no secrets: keys come from environment variables it names)."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
 def save_config(config: Config, path: str | Path) -> None:
-    write_atomic(path, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    write_atomic(path, config_yaml(config))

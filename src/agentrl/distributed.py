@@ -71,6 +71,15 @@ def all_max(value: float) -> float:
     return float(tensor)
 
 
+def gather(items: list) -> list:
+    """Every rank's `items` concatenated in rank order on rank 0; an empty list on the others."""
+    if world() == 1:
+        return list(items)
+    parts = [None] * world() if is_main() else None
+    dist.gather_object(items, parts, dst=0)  # our own ranks' records, never outside input
+    return [x for part in parts for x in part] if is_main() else []
+
+
 def mean_metrics(metrics: dict[str, float]) -> dict[str, float]:
     """Each key averaged over the ranks that logged it (ranks may log different keys: e.g. an
     estimator's statistics need at least two samples)."""

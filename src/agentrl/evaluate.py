@@ -13,6 +13,7 @@ from agentrl.errors import RunError
 from agentrl.files import write_atomic
 from agentrl.progress import set_stage
 from agentrl.rollout.collect import collect
+from agentrl.rollout.records import write_trajectories
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -67,13 +68,7 @@ def evaluate(pool, sampler, tokenizer, eval_cfg, prompt, seed: int, out_dir: Pat
                 results[split].update(component.evaluate(trajectories, seed))
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
-            with (out_dir / f"trajectories_{split}.jsonl").open("w") as f:
-                for t in trajectories:
-                    f.write(json.dumps({"task_id": t.task_id, "task_type": t.task_type, "success": t.success,
-                                        "steps": [{"observation": s.observation, "response": s.response,
-                                                   "action": s.action, "reward": s.reward, "prompt": s.prompt,
-                                                   "progress": s.progress} for s in t.steps]})
-                            + "\n")
+            write_trajectories(out_dir / f"trajectories_{split}.jsonl", trajectories)
     if out_dir is not None:
         write_atomic(out_dir / "results.json", json.dumps(results, indent=2))
     return results

@@ -22,7 +22,8 @@ from rich.console import Console
 from rich.table import Table
 
 from agentrl.checkpoint import latest_checkpoint
-from agentrl.config import Config, ConfigError, save_config
+from agentrl.components import timed
+from agentrl.config import Config, ConfigError, config_yaml, save_config
 from agentrl.data import collect_expert_data, collect_judgment_data, read_chat_dataset
 from agentrl.envs import make_env
 from agentrl.envs.pool import EnvPool
@@ -39,7 +40,7 @@ console = Console()
 
 RL_CONTINUABLE = ("rl.steps", "rl.eval_every", "rl.save_every", "rl.keep_last", "rl.workers",
                   "rl.env_step_timeout_s", "rl.env_reset_timeout_s", "rl.max_aborted_share", "rl.max_skipped_updates",
-                  "rl.check_logprobs_every")
+                  "rl.check_logprobs_every", "rl.save_rollouts", "rl.log_samples")
 """RL settings that do not change what the steps already taken did."""
 EVAL_GUARDS = ("eval.max_aborted_share",)
 """Evaluation settings that decide only whether a result is an error."""
@@ -90,6 +91,7 @@ def sft(config: Config, model_path: str, data: str | Path, out: str | Path, log_
     log_dir = tmp / "logs" if log_dir is None else Path(log_dir)
     shutil.rmtree(log_dir, ignore_errors=True)
     tracker = Tracker(log_dir)
+    tracker.text("config", f"```yaml\n{config_yaml(config)}```", 0)
     try:
         train_sft(load_model(model_path, config.model.dtype), load_tokenizer(model_path), data,
                   config.sft, config.seed, tmp, tracker)
@@ -140,15 +142,17 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
     torch.manual_seed(config.seed)
 
     model_path, plugins = config.model.path, plugin_fingerprints(config)
+    seconds: dict[str, float] = {}  # of the phases run now
     if config.init is not None:
         settings = {**config_settings(config, "seed", "init", "env", "prompt"), **plugins, "model.path": model_path}
         if not phases.reusable("init", settings, (Path(model_path) / "config.json").exists()):
-            make_tiny_model(config, model_path)
+            with timed(seconds, "init"):
+                make_tiny_model(config, model_path)
             phases.complete("init", settings)
     upstream = {"model.path": model_path, "model.fingerprint": folder_fingerprint(model_path),
                 "model.dtype": config.model.dtype, **plugins}
 
-    results = {"initial": _eval_phase(config, phases, "initial", model_path, upstream)}
+    results = {"initial": _eval_phase(config, phases, "initial", model_path, upstream, seconds)}
 
     if config.sft is not None:
         sft_dir = run_dir / "sft"
@@ -161,16 +165,18 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
                              **plugins}
             if not phases.reusable("expert data", data_settings, data.exists()):
                 data.parent.mkdir(parents=True, exist_ok=True)
-                stats = expert_data(config, data, config.sft.episodes, config.sft.judgments)
+                with timed(seconds, "expert data"):
+                    stats = expert_data(config, data, config.sft.episodes, config.sft.judgments)
                 console.print(f"[bold]expert data[/] {stats} -> {data}")
                 phases.complete("expert data", data_settings)
         settings = {**upstream, **data_settings, **config_settings(config, "seed", "sft")}
         model_path = str(sft_dir / "model")
         if not phases.reusable("sft", settings, (sft_dir / "model" / "config.json").exists()):
-            sft(config, upstream["model.path"], data, sft_dir / "model", sft_dir / "logs")
+            with timed(seconds, "sft"):
+                sft(config, upstream["model.path"], data, sft_dir / "model", sft_dir / "logs")
             phases.complete("sft", settings)
         upstream = {**settings, "sft.fingerprint": folder_fingerprint(model_path)}
-        results["sft"] = _eval_phase(config, phases, "sft", model_path, upstream)
+        results["sft"] = _eval_phase(config, phases, "sft", model_path, upstream, seconds)
 
     if config.rl is not None and config.rl.steps > 0:
         rl_dir = run_dir / "rl"
@@ -187,28 +193,45 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
             ckpt = latest_checkpoint(rl_dir)
             if ckpt is not None:
                 console.print(f"[bold]rl[/] continuing from {ckpt.name} to step {config.rl.steps}")
-            results["rl"] = train_rl(config, model_path, rl_dir, resume=True,
-                                     baseline=results.get("sft", results["initial"]))
+            with timed(seconds, "rl"):  # with its evaluations
+                results["rl"] = train_rl(config, model_path, rl_dir, resume=True,
+                                         baseline=results.get("sft", results["initial"]))
             done.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(done, json.dumps(results["rl"], indent=2))
             phases.complete("eval rl", eval_settings)
         _print_phase("rl", results["rl"])
 
     summary = {"run_dir": str(run_dir), "splits": config.eval.splits, "episodes": config.eval.episodes,
-               "phases": results}
+               "phases": results, "seconds": _phase_seconds(run_dir, seconds)}
     write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
     save_config(config, run_dir / "config.yaml")
     print_summary(summary)
     return summary
 
 
-def _eval_phase(config: Config, phases: Phases, name: str, model_path: str, upstream: dict) -> dict:
+def _phase_seconds(run_dir: Path, now: dict[str, float]) -> dict[str, float]:
+    """Seconds per phase, the phases run now merged into those of earlier runs of the folder
+    (a reused phase keeps its time); also TensorBoard scalars phase_s/<phase> in run_dir/logs."""
+    path = run_dir / "logs" / "phase_seconds.json"
+    seconds = {**(json.loads(path.read_text()) if path.exists() else {}), **now}
+    if now or not path.exists():
+        shutil.rmtree(run_dir / "logs", ignore_errors=True)  # one point per phase: written anew
+        tracker = Tracker(run_dir / "logs")
+        tracker.log(0, {f"phase_s/{name}": value for name, value in seconds.items()})
+        tracker.close()
+        write_atomic(path, json.dumps(seconds, indent=2))
+    return seconds
+
+
+def _eval_phase(config: Config, phases: Phases, name: str, model_path: str, upstream: dict,
+                seconds: dict[str, float]) -> dict:
     out_dir = Path(config.run_dir) / "eval" / name
     settings = {**upstream, **config_settings(config, "seed", "env", "prompt", "eval", exclude=EVAL_GUARDS)}
     if phases.reusable(f"eval {name}", settings, (out_dir / "results.json").exists()):
         results = json.loads((out_dir / "results.json").read_text())
     else:
-        results = evaluate_checkpoint(config, model_path, out_dir, config.rl.workers if config.rl else 0)
+        with timed(seconds, f"eval {name}"):
+            results = evaluate_checkpoint(config, model_path, out_dir, config.rl.workers if config.rl else 0)
         phases.complete(f"eval {name}", settings)
     _print_phase(name, results)
     return results

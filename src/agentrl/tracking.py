@@ -1,4 +1,4 @@
-"""Metrics: TensorBoard scalars plus a `metrics.jsonl` line per step, both resumable."""
+"""Metrics: TensorBoard scalars and text plus a `metrics.jsonl` line per step, both resumable."""
 
 from __future__ import annotations
 
@@ -27,6 +27,11 @@ class Tracker:
             self.writer.add_scalar(key, value, step)
         with self.jsonl.open("a") as f:
             f.write(json.dumps({"step": step, **metrics}) + "\n")
+        self.writer.flush()
+
+    def text(self, tag: str, markdown: str, step: int) -> None:
+        """A text panel (TensorBoard renders markdown): sampled generations, the resolved config."""
+        self.writer.add_text(tag, markdown, step)
         self.writer.flush()
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ from agentrl.actor.base import Actor
 from agentrl.actor.batch import TrainSample, micro_batches, per_sample
 from agentrl.advantages import compute_advantages
 from agentrl.checkpoint import latest_checkpoint, read_state, save_checkpoint
+from agentrl.config import config_yaml
 from agentrl.components import Context, StepBatch, build_components, timed
 from agentrl.envs.base import sample_tasks
 from agentrl.envs.pool import EnvPool
@@ -31,6 +32,7 @@ from agentrl.models import add_lora, load_model, load_tokenizer
 from agentrl.progress import plain_output, progress, set_stage
 from agentrl.registry import ACTORS, KL_ESTIMATORS, POLICY_LOSSES, SAMPLERS
 from agentrl.rollout.collect import collect
+from agentrl.rollout.records import write_trajectories
 from agentrl.sampler.base import Sampler
 from agentrl.seeding import step_seed
 from agentrl.tracking import Tracker
@@ -87,6 +89,8 @@ class RLTrainer:
         self.actor: Actor = ACTORS.get(self.rl.actor.backend)(self.rl.actor, self.model, self.rl.optim, extra)
         self.sampler.update_weights(self.actor.weights())  # a no-op for a sampler sharing the actor's module
         self.step = 0
+        self.trajectories: list = []
+        """This rank's trajectories of the last step (with their advantages)."""
         self._skipped_in_a_row = 0
 
     def component(self, name: str):
@@ -118,7 +122,7 @@ class RLTrainer:
         with timed(timing, "step"):
             trajectories = self.rollout(step, timing)
             metrics = self.learn(trajectories, step, timing)
-        self.step = step
+        self.step, self.trajectories = step, trajectories
         metrics["timing_s/step"] = timing["step"]
         # Rollout, advantage and timing statistics are per rank: averaged over the ranks.
         # (Actor totals and token counts are already global.)
@@ -187,6 +191,10 @@ class RLTrainer:
             metrics.update({f"aux/{name}/{k}": v for k, v in aux_batch.metrics.items()})
         metrics["tokens/processed"] = self.rl.epochs * distributed.all_sum([sum(len(s.ids) for s in batch.samples)])[0]
         metrics["tokens/response"] = float(n_tokens / self.rl.epochs)
+        # Tokens per second of all ranks together (each rank's time: they work side by side).
+        generated = distributed.all_sum([sum(len(s.response_ids) for t in trajectories for s in t.steps)])[0]
+        metrics["throughput/gen_tokens_per_s"] = generated / max(timing.get("gen", 0.0), 1e-9)
+        metrics["throughput/update_tokens_per_s"] = metrics["tokens/processed"] / max(timing["update"], 1e-9)
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
         return metrics
 
@@ -211,6 +219,23 @@ class RLTrainer:
         batch.metrics.update({"rollout/logprob_diff_mean": total / max(n, 1),
                               "rollout/logprob_diff_max": distributed.all_max(float(diff.max()) if diff.numel() else 0.0),
                               "rollout/kl_sampler_actor": kl / max(n, 1)})
+
+    def _record(self, tracker: Tracker | None) -> None:
+        """The last step's trajectories of every rank saved (rl.save_rollouts) and a few shown in
+        TensorBoard (rl.log_samples); older saved steps removed."""
+        rl, step = self.rl, self.step
+        if not (rl.save_rollouts or rl.log_samples):
+            return
+        trajectories = distributed.gather(self.trajectories)
+        if tracker is not None and rl.log_samples:
+            tracker.text("samples", samples_markdown(trajectories, rl.log_samples), step)
+        if distributed.is_main() and rl.save_rollouts:
+            folder = self.run_dir / "rollouts"
+            folder.mkdir(exist_ok=True)
+            write_trajectories(folder / f"step_{step:06d}.jsonl.gz", trajectories)
+            for old in folder.glob("step_*.jsonl.gz"):
+                if int(old.name[5:11]) <= step - rl.save_rollouts:
+                    old.unlink()
 
     def _hook(self, hook: str, batch: StepBatch, timing: dict) -> None:
         for component in self.components:
@@ -303,8 +328,10 @@ class RLTrainer:
                 component.load_state(state.get("components", {}).get(component.name, {}))
         main = distributed.is_main()  # with several ranks, rank 0 evaluates, logs and reports
         tracker = Tracker(self.run_dir / "logs", resume_step=self.step) if main else None
-        if tracker is not None and self.step == 0 and baseline:
-            tracker.log(0, eval_metrics(baseline))
+        if tracker is not None and self.step == 0:
+            tracker.text("config", f"```yaml\n{config_yaml(self.config)}```", 0)
+            if baseline:
+                tracker.log(0, eval_metrics(baseline))
         results = {}
         try:
             with progress(disable=not main) as bar:
@@ -316,6 +343,7 @@ class RLTrainer:
                         results = self.evaluate()
                         metrics.update(eval_metrics(results))
                     distributed.barrier()
+                    self._record(tracker)
                     if tracker is not None:
                         tracker.log(self.step, metrics)
                     if (rl.save_every and self.step % rl.save_every == 0) or last:
@@ -337,12 +365,32 @@ class RLTrainer:
         return results
 
 
+def samples_markdown(trajectories: list, n: int) -> str:
+    """The last turn of up to `n` episodes, one per task group where there are enough groups."""
+    by_group = {}
+    for t in trajectories:
+        by_group.setdefault(t.group_id, []).append(t)
+    picked = [ts[i] for i in range(max(map(len, by_group.values()), default=0)) for ts in by_group.values()
+              if i < len(ts)][:n]
+    parts = []
+    for t in picked:
+        if not t.steps:
+            continue
+        s = t.steps[-1]
+        advantage = "-" if s.advantage is None else f"{s.advantage:+.3f}"
+        parts.append(f"**{t.task_id}** ({t.task_type}) turn {t.length}: reward {s.reward:g}, episode reward "
+                     f"{t.episode_reward:g}, success {t.success}, advantage {advantage}\n\n"
+                     f"```\n{s.prompt}\n```\n\n```\n{s.response}\n```")
+    return "\n\n---\n\n".join(parts) or "(no episode played)"
+
+
 def eval_metrics(results: dict) -> dict[str, float]:
     """eval/<split>/<number> and eval/<split>/success/<task type> of an evaluation's results."""
     metrics = {}
     for split, r in results.items():
         metrics.update({f"eval/{split}/{key}": value for key, value in r.items() if isinstance(value, (int, float))})
         metrics.update({f"eval/{split}/success/{kind}": rate for kind, rate in r["per_task_type"].items()})
+        metrics[f"eval/{split}/ci95_low"], metrics[f"eval/{split}/ci95_high"] = r["ci95"]
     return metrics
 
 

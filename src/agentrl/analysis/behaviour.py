@@ -3,28 +3,11 @@ does (the papers: repeated actions are taken with high confidence after RL)."""
 
 from __future__ import annotations
 
-import json
 import statistics
-from pathlib import Path
 
 from agentrl.prompting import parse_action
 from agentrl.rollout.collect import encode_prompt
 from agentrl.rollout.types import StepSample, Trajectory
-
-
-def load_trajectories(path: str | Path) -> list[Trajectory]:
-    """Trajectories from an evaluation's trajectories_<split>.jsonl (text only, no token ids)."""
-    out = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
-        try:
-            row = json.loads(line)
-            steps = [StepSample([], [], [], response=s["response"], action=s["action"], observation=s["observation"],
-                                anchor=s["observation"], reward=s["reward"], prompt=s.get("prompt", ""),
-                                progress=s.get("progress")) for s in row["steps"]]
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise ValueError(f"{path}:{number}: not a trajectory record (see `agentrl eval` output)") from None
-        out.append(Trajectory(row["task_id"], 0, row["task_type"], steps, success=row["success"]))
-    return out
 
 
 def repetition_stats(trajectories: list[Trajectory]) -> dict[str, float]:
