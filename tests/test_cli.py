@@ -105,3 +105,48 @@ def test_eval_command_and_bad_recipe(tmp_path, capsys, tiny_model_dir):
     assert main(["train", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "rl.advantage" in err and "grpo" in err and "Traceback" not in err
+
+
+def test_a_cpu_run_prints_no_library_warnings(tmp_path):
+    """DeepSpeed (imported by transformers wherever it is installed) warns that it found no GPU,
+    and HF prints a bar per file written: neither belongs in the log of a run that uses neither."""
+    import subprocess
+    import sys
+
+    path = recipe(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "agentrl.cli", "model", "init", str(path)], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    pytest.importorskip("deepspeed")  # the warning's source
+    output = done.stdout + done.stderr
+    assert "WARNING" not in output and "Setting accelerator" not in output and "shards" not in output, output
+
+
+def test_on_a_terminal_every_phase_shows_a_progress_bar(tmp_path):
+    """Run under a pseudo-terminal: init, expert data, SFT, RL and each evaluation draw bars (an
+    evaluation inside RL: a bar inside RL's)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    path = recipe(tmp_path, rl={"steps": 2, "tasks_per_step": 2, "group_size": 2, "eval_every": 1})
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "run", str(path)], stdin=subprocess.DEVNULL,
+                            stdout=follower, stderr=follower, env={**os.environ, "COLUMNS": "200"})
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the process is gone
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    screen = b"".join(chunks).decode(errors="replace")
+    assert proc.wait(timeout=600) == 0, screen[-3000:]
+    for line in ("init: tokenizer corpus", "expert data", "SFT", "evaluation l0", "evaluation l2", "RL success"):
+        assert line in screen, line
+    assert "RL step 1/2" not in screen  # the plain per-step lines are for files, not terminals

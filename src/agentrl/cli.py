@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run a command. Wrong input exits 2 with one line per problem and no traceback (`--debug` or
     AGENTRL_DEBUG=1: with it); Ctrl-C exits 130 with one line saying where the work stopped."""
     args = build_parser().parse_args(argv)
+    _quiet_imports()
     import transformers
     transformers.utils.logging.disable_progress_bar()  # per-file loading bars: noise in every log
     debug = args.debug or os.environ.get("AGENTRL_DEBUG", "") not in ("", "0")
@@ -128,6 +129,15 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"interrupted at {stage()}; rerun the same command to continue", file=sys.stderr)
         return 130
+
+
+def _quiet_imports() -> None:
+    """transformers imports DeepSpeed (through accelerate) wherever it is installed, and DeepSpeed
+    then warns on every CPU run that it found no GPU: name the CPU for it (a run on GPUs, or a
+    DS_ACCELERATOR of the user's, is left alone)."""
+    import torch
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 
 def _command(args) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from agentrl.config import ConfigError
 from agentrl.envs.base import NoExpertMove, sample_tasks
+from agentrl.progress import task
 from agentrl.prompting import HistoryEntry, format_response, render_prompt
 from agentrl.rollout.types import StepSample, Trajectory
 
@@ -55,8 +56,9 @@ def collect_expert_data(env, prompt, episodes: int, path: str | Path, seed: int,
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     kept = steps = 0
-    with path.open("w") as f:
+    with path.open("w") as f, task("expert data", episodes) as advance:
         for task_id in sample_tasks(env, split, episodes, rng):
+            advance()
             examples = expert_episode(env, task_id, prompt)
             kept += bool(examples)
             steps += len(examples)

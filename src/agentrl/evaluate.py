@@ -11,7 +11,7 @@ import torch
 
 from agentrl.errors import RunError
 from agentrl.files import write_atomic
-from agentrl.progress import set_stage
+from agentrl.progress import set_stage, task
 from agentrl.rollout.collect import collect
 from agentrl.rollout.records import write_trajectories
 
@@ -57,7 +57,8 @@ def evaluate(pool, sampler, tokenizer, eval_cfg, prompt, seed: int, out_dir: Pat
         tasks = pool.local.split_tasks(split)[:eval_cfg.episodes]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            trajectories = collect(pool, sampler, tokenizer, tasks, 1, prompt, eval_cfg.sampling)
+            with task(f"evaluation {split}", len(tasks)) as advance:
+                trajectories = collect(pool, sampler, tokenizer, tasks, 1, prompt, eval_cfg.sampling, finished=advance)
             results[split] = summarize(trajectories)
             finished, aborted = results[split]["episodes"], results[split]["aborted"]
             if not finished or aborted / (finished + aborted) > eval_cfg.max_aborted_share:

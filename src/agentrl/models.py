@@ -62,13 +62,16 @@ def environment_corpus(env, prompt, episodes: int, seed: int) -> list[str]:
     from agentrl.data import expert_episode
     from agentrl.envs.base import sample_tasks
     from agentrl.envs.household.world import SPLITS
+    from agentrl.progress import task
 
     rng = random.Random(seed)
     texts = []
-    for i in range(episodes):
-        task = sample_tasks(env, SPLITS[i % len(SPLITS)], 1, rng)[0]
-        for example in expert_episode(env, task, prompt):
-            texts += [example["messages"][0]["content"], example["messages"][1]["content"]]
+    with task("init: tokenizer corpus", episodes) as advance:
+        for i in range(episodes):
+            advance()
+            task_id = sample_tasks(env, SPLITS[i % len(SPLITS)], 1, rng)[0]
+            for example in expert_episode(env, task_id, prompt):
+                texts += [example["messages"][0]["content"], example["messages"][1]["content"]]
     return texts
 
 

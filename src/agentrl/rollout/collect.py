@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from agentrl.prompting import HistoryEntry, parse_action, render_prompt
 from agentrl.rollout.types import StepSample, Trajectory
@@ -28,10 +29,12 @@ def encode_prompt(tokenizer, text: str) -> list[int]:
 
 
 def collect(pool, sampler, tokenizer, tasks: list[str], group_size: int, prompt, sampling,
-            first_group_id: int = 0, timing: dict | None = None, hint: str = "") -> list[Trajectory]:
+            first_group_id: int = 0, timing: dict | None = None, hint: str = "",
+            finished: Callable[[int], None] | None = None) -> list[Trajectory]:
     """Play `group_size` episodes of each task; returns trajectories in (task, rollout) order.
 
-    `hint` is appended to the task text of every prompt (prompt-based correction uses it).
+    `hint` is appended to the task text of every prompt (prompt-based correction uses it);
+    `finished(n)` is told after every turn how many episodes ended in it (a progress bar).
     """
     timing = timing if timing is not None else {}
     episodes = []
@@ -88,5 +91,9 @@ def collect(pool, sampler, tokenizer, tasks: list[str], group_size: int, prompt,
                 e.trajectory.success = result.success
             else:
                 still.append(e)
+        if finished is not None:
+            finished(len(active) - len(still))
         active = still
+    if finished is not None:
+        finished(len(active) + sum(e.trajectory.aborted for e in episodes if not e.trajectory.steps))  # step limit, reset
     return [e.trajectory for e in episodes]
