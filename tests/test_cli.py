@@ -91,6 +91,21 @@ def test_run_pipeline_end_to_end_and_rerun_skips_done_phases(tmp_path, capsys):
     assert main(["eval", str(path), "--checkpoint", str(checkpoint), "--out", str(tmp_path / "ev")]) == 0
     out = capsys.readouterr().out
     assert "Success rate" in out and "L0" in out and "results.json" in out
+    counts = json.loads((tmp_path / "ev" / "results.json").read_text())["l1"]["per_task_type_counts"]
+    assert sum(c["episodes"] for c in counts.values()) == 2
+    for kind, c in counts.items():  # the table's row: successes / episodes per split
+        assert re.search(rf"{kind}\s.*{c['success']}/{c['episodes']}", out), out
+
+    # The exported model carries the prompt it was trained with; a recipe with another is warned about.
+    assert main(["export", str(checkpoint), "--out", str(tmp_path / "exported")]) == 0
+    carried = json.loads((tmp_path / "exported" / "agentrl_prompt.json").read_text())
+    assert carried["template"] == COMPACT and carried["history_length"] == 1
+    assert json.loads((run / "sft" / "model" / "agentrl_prompt.json").read_text()) == carried
+    other = recipe(tmp_path, prompt={"template": "Do: {task}\n{observation}\n{actions}", "history_length": 1},
+                   eval={"episodes": 1, "splits": ["l0"]})
+    capsys.readouterr()
+    assert main(["eval", str(other), "--checkpoint", str(tmp_path / "exported"), "--out", str(tmp_path / "ev2")]) == 0
+    assert "trained with other prompt settings (prompt.template)" in capsys.readouterr().out
 
 
 def test_eval_command_and_bad_recipe(tmp_path, capsys, tiny_model_dir):

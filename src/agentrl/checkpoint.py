@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from agentrl import distributed
+from agentrl.config import save_prompt
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
@@ -19,8 +20,9 @@ def checkpoint_dir(run_dir: Path) -> Path:
 
 
 def save_checkpoint(run_dir: Path, step: int, actor, tokenizer, state: dict, keep_last: int,
-                    parts: dict | None = None) -> Path:
-    """`parts`: name -> object with save(path) / load(path), each saved into its own folder.
+                    parts: dict | None = None, prompt=None) -> Path:
+    """`parts`: name -> object with save(path) / load(path), each saved into its own folder;
+    `prompt` (PromptConfig): saved beside the model, which is trained for it.
     With several ranks every rank calls this (a sharded actor writes its own shards); rank 0
     writes the rest and renames the finished folder into place."""
     root = checkpoint_dir(run_dir)
@@ -34,6 +36,8 @@ def save_checkpoint(run_dir: Path, step: int, actor, tokenizer, state: dict, kee
     actor.save(tmp)
     if main:
         tokenizer.save_pretrained(tmp / "model")
+        if prompt is not None:
+            save_prompt(prompt, tmp / "model")
         for name, part in (parts or {}).items():
             part.save(tmp / name)
         (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **state}, indent=2))

@@ -205,6 +205,7 @@ def _dispatch(args, config) -> int:
         results = pipeline.evaluate_checkpoint(config, str(checkpoint), Path(args.out))
         pipeline.print_summary({"splits": list(results), "episodes": config.eval.episodes,
                                 "phases": {str(checkpoint): results}})
+        pipeline.print_task_types(results)
         print(f"results: {Path(args.out) / 'results.json'}")
     return 0
 

@@ -9,6 +9,7 @@ offending field and the recipe file.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -722,6 +723,24 @@ def validate_config(data: dict, source: str = "config") -> Config:
     except ValidationError as err:
         lines = [f"{source}: {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in err.errors()]
         raise ConfigError("\n".join(lines)) from None
+
+
+PROMPT_FILE = "agentrl_prompt.json"
+"""Beside a trained model's weights: the prompt settings it was trained with."""
+
+
+def save_prompt(prompt: PromptConfig, model_dir: str | Path) -> None:
+    write_atomic(Path(model_dir) / PROMPT_FILE, json.dumps(prompt.model_dump(mode="json"), indent=2))
+
+
+def prompt_differences(prompt: PromptConfig, model_dir: str | Path) -> list[str]:
+    """The prompt settings in which `prompt` differs from those `model_dir` was trained with
+    (none when the folder does not say)."""
+    path = Path(model_dir) / PROMPT_FILE
+    if not path.is_file():
+        return []
+    trained = json.loads(path.read_text())
+    return [key for key, value in prompt.model_dump(mode="json").items() if key in trained and trained[key] != value]
 
 
 def config_yaml(config: Config) -> str:

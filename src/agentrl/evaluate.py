@@ -39,6 +39,7 @@ def summarize(trajectories) -> dict:
     return {
         "episodes": n, "success": wins / max(n, 1), "ci95": [low, high],
         "per_task_type": {k: sum(v) / len(v) for k, v in sorted(by_type.items())},
+        "per_task_type_counts": {k: {"success": sum(v), "episodes": len(v)} for k, v in sorted(by_type.items())},
         "invalid_rate": sum(not s.valid for s in steps) / max(len(steps), 1),
         "repeated_rate": sum(t.repeated_actions for t in trajectories) / max(len(steps), 1),
         "mean_length": len(steps) / max(n, 1),

@@ -15,6 +15,7 @@ import json
 import os
 import random
 import re
+import shutil
 import socket
 import urllib.parse
 from pathlib import Path
@@ -24,7 +25,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
 
-from agentrl.config import ConfigError
+from agentrl.config import PROMPT_FILE, ConfigError
 from agentrl.distributed import device
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -215,4 +216,6 @@ def export_model(checkpoint: str | Path, out: str | Path, base: str | None = Non
     if tokenizer_from is None:
         raise FileNotFoundError(f"{folder} has no tokenizer")
     AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(out)
+    if (folder / PROMPT_FILE).is_file():  # the prompt it was trained with travels with it
+        shutil.copyfile(folder / PROMPT_FILE, out / PROMPT_FILE)
     return out

@@ -23,7 +23,7 @@ from rich.table import Table
 
 from agentrl.checkpoint import latest_checkpoint
 from agentrl.components import timed
-from agentrl.config import Config, ConfigError, config_yaml, save_config
+from agentrl.config import Config, ConfigError, config_yaml, prompt_differences, save_config, save_prompt
 from agentrl.data import collect_expert_data, collect_judgment_data, read_chat_dataset
 from agentrl.envs import make_env
 from agentrl.envs.pool import EnvPool
@@ -95,6 +95,7 @@ def sft(config: Config, model_path: str, data: str | Path, out: str | Path, log_
     try:
         train_sft(load_model(model_path, config.model.dtype), load_tokenizer(model_path), data,
                   config.sft, config.seed, tmp, tracker)
+        save_prompt(config.prompt, tmp)
     finally:
         tracker.close()
     _replace(tmp, out)
@@ -109,6 +110,10 @@ def train_rl(config: Config, model_path: str, run_dir: Path, resume: bool, basel
 
 
 def evaluate_checkpoint(config: Config, model_path: str, out_dir: Path, workers: int = 0) -> dict:
+    differ = prompt_differences(config.prompt, model_path)
+    if differ:
+        console.print(f"[yellow]warning[/] {model_path} was trained with other prompt settings "
+                      f"({', '.join('prompt.' + k for k in differ)}): evaluating with the recipe's", soft_wrap=True)
     tokenizer = load_tokenizer(model_path)
     model = load_model(model_path, config.model.dtype)
     limits = (config.rl.env_step_timeout_s, config.rl.env_reset_timeout_s) if config.rl else ()
@@ -262,4 +267,20 @@ def print_summary(summary: dict) -> None:
             aborted = f" ({r['aborted']} aborted)" if r.get("aborted") else ""
             cells.append(f"{r['success'] * 100:5.1f}% [{low * 100:.0f}-{high * 100:.0f}]{aborted}")
         table.add_row(phase, *cells)
+    console.print(table)
+
+
+def print_task_types(results: dict) -> None:
+    """Successes / episodes per task type (rows) and split (columns)."""
+    kinds = sorted({kind for r in results.values() for kind in r.get("per_task_type_counts", {})})
+    table = Table(title="Successes per task type")
+    table.add_column("task type")
+    for split in results:
+        table.add_column(split.upper(), justify="right")
+    for kind in kinds:
+        cells = []
+        for r in results.values():
+            count = r.get("per_task_type_counts", {}).get(kind)
+            cells.append(f"{count['success']}/{count['episodes']}" if count else "-")
+        table.add_row(kind, *cells)
     console.print(table)

@@ -349,7 +349,7 @@ class RLTrainer:
                     if (rl.save_every and self.step % rl.save_every == 0) or last:
                         state = {"components": {c.name: c.state() for c in self.components if c.state()}}
                         save_checkpoint(self.run_dir, self.step, self.actor, self.tokenizer, state, rl.keep_last,
-                                        {c.name: c for c in self.components})
+                                        {c.name: c for c in self.components}, self.config.prompt)
                     bar.update(task, completed=self.step, description=(
                         f"RL success {metrics['rollout/success']:.2f} len {metrics['rollout/length']:.1f}"))
                     if main and plain_output():
