@@ -165,3 +165,55 @@ def test_on_a_terminal_every_phase_shows_a_progress_bar(tmp_path):
     for line in ("init: tokenizer corpus", "expert data", "SFT", "evaluation l0", "evaluation l2", "RL success"):
         assert line in screen, line
     assert "RL step 1/2" not in screen  # the plain per-step lines are for files, not terminals
+
+
+def wandb_history(run_file) -> list[dict]:
+    """The logged rows of an offline W&B run file (`run-<id>.wandb`: a LevelDB-style log of
+    protobuf records in 32 KiB blocks after a 7-byte header)."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    data, pos, pending, rows = run_file.read_bytes(), 7, b"", []
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7]) if left >= 7 else (0, 0, 0)
+        if left < 7 or (length == 0 and kind == 0):  # block trailer / padding
+            pos += left
+            continue
+        pending += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a whole record, or the last piece of one
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            pending = b""
+            if record.WhichOneof("record_type") == "history":
+                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                             for item in record.history.item})
+    return rows
+
+
+def test_metrics_also_go_to_weights_and_biases_offline(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    path = recipe(tmp_path, tracking=["tensorboard", "wandb"], rl={"steps": 2, "tasks_per_step": 2, "group_size": 2})
+    assert main(["run", str(path)]) == 0
+    run = tmp_path / "run"
+    runs = list((run / "rl" / "logs" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1
+    rows = wandb_history(runs[0])
+    from agentrl.tracking import read_metrics
+    logged = read_metrics(run / "rl" / "logs" / "metrics.jsonl")
+    by_step = {}
+    for row in rows:
+        by_step.setdefault(row["_step"], {}).update(row)
+    assert sorted(by_step) == [0, 1, 2]
+    for line in logged:  # the same numbers as metrics.jsonl, step by step
+        assert all(by_step[line["step"]][k] == pytest.approx(v) for k, v in line.items() if k != "step")
+    assert by_step[1]["samples/_type"] == "html-file" and by_step[0]["config/_type"] == "html-file"
+    assert (run / "rl" / "logs" / "tb").is_dir()  # TensorBoard as well
+    assert list((run / "sft" / "logs" / "wandb").glob("offline-run-*/run-*.wandb"))
+
+    bad = recipe(tmp_path, tracking=["mlflow"])
+    assert main(["run", str(bad)]) == 2

@@ -657,6 +657,19 @@ class Config(Section):
     """The RL phase (None: no RL)."""
     eval: EvalConfig = Field(default_factory=EvalConfig)
     """Evaluation after each phase."""
+    tracking: list[Literal["tensorboard", "wandb"]] = ["tensorboard"]
+    """Where metrics go besides each phase's logs/metrics.jsonl: TensorBoard (logs/tb) and/or
+    Weights & Biases (`pip install wandb`; project, entity and mode from WANDB_PROJECT,
+    WANDB_ENTITY, WANDB_MODE=offline, ...; runs grouped by run_dir)."""
+
+    @field_validator("tracking")
+    @classmethod
+    def _tracker_installed(cls, tracking: list[str]) -> list[str]:
+        import importlib.util
+
+        if "wandb" in tracking and importlib.util.find_spec("wandb") is None:
+            raise ValueError("wandb is not installed: pip install wandb")
+        return tracking
 
     @model_validator(mode="after")
     def _init_model_follows_run_dir(self):

@@ -23,7 +23,7 @@ from rich.table import Table
 
 from agentrl.checkpoint import latest_checkpoint
 from agentrl.components import timed
-from agentrl.config import Config, ConfigError, config_yaml, prompt_differences, save_config, save_prompt
+from agentrl.config import Config, ConfigError, prompt_differences, save_config, save_prompt
 from agentrl.data import collect_expert_data, collect_judgment_data, read_chat_dataset
 from agentrl.envs import make_env
 from agentrl.envs.pool import EnvPool
@@ -90,8 +90,7 @@ def sft(config: Config, model_path: str, data: str | Path, out: str | Path, log_
     shutil.rmtree(tmp, ignore_errors=True)
     log_dir = tmp / "logs" if log_dir is None else Path(log_dir)
     shutil.rmtree(log_dir, ignore_errors=True)
-    tracker = Tracker(log_dir)
-    tracker.text("config", f"```yaml\n{config_yaml(config)}```", 0)
+    tracker = Tracker(log_dir, config=config, name="sft")
     try:
         train_sft(load_model(model_path, config.model.dtype), load_tokenizer(model_path), data,
                   config.sft, config.seed, tmp, tracker)
@@ -207,21 +206,22 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
         _print_phase("rl", results["rl"])
 
     summary = {"run_dir": str(run_dir), "splits": config.eval.splits, "episodes": config.eval.episodes,
-               "phases": results, "seconds": _phase_seconds(run_dir, seconds)}
+               "phases": results, "seconds": _phase_seconds(config, seconds)}
     write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
     save_config(config, run_dir / "config.yaml")
     print_summary(summary)
     return summary
 
 
-def _phase_seconds(run_dir: Path, now: dict[str, float]) -> dict[str, float]:
+def _phase_seconds(config: Config, now: dict[str, float]) -> dict[str, float]:
     """Seconds per phase, the phases run now merged into those of earlier runs of the folder
     (a reused phase keeps its time); also TensorBoard scalars phase_s/<phase> in run_dir/logs."""
+    run_dir = Path(config.run_dir)
     path = run_dir / "logs" / "phase_seconds.json"
     seconds = {**(json.loads(path.read_text()) if path.exists() else {}), **now}
     if now or not path.exists():
         shutil.rmtree(run_dir / "logs", ignore_errors=True)  # one point per phase: written anew
-        tracker = Tracker(run_dir / "logs")
+        tracker = Tracker(run_dir / "logs", config=config, name="phases")
         tracker.log(0, {f"phase_s/{name}": value for name, value in seconds.items()})
         tracker.close()
         write_atomic(path, json.dumps(seconds, indent=2))

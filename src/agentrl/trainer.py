@@ -21,7 +21,6 @@ from agentrl.actor.base import Actor
 from agentrl.actor.batch import TrainSample, micro_batches, per_sample
 from agentrl.advantages import compute_advantages
 from agentrl.checkpoint import latest_checkpoint, read_state, save_checkpoint
-from agentrl.config import config_yaml
 from agentrl.components import Context, StepBatch, build_components, timed
 from agentrl.envs.base import sample_tasks
 from agentrl.envs.pool import EnvPool
@@ -327,11 +326,9 @@ class RLTrainer:
                 component.load(ckpt / component.name)
                 component.load_state(state.get("components", {}).get(component.name, {}))
         main = distributed.is_main()  # with several ranks, rank 0 evaluates, logs and reports
-        tracker = Tracker(self.run_dir / "logs", resume_step=self.step) if main else None
-        if tracker is not None and self.step == 0:
-            tracker.text("config", f"```yaml\n{config_yaml(self.config)}```", 0)
-            if baseline:
-                tracker.log(0, eval_metrics(baseline))
+        tracker = Tracker(self.run_dir / "logs", self.step, self.config, "rl") if main else None
+        if tracker is not None and self.step == 0 and baseline:
+            tracker.log(0, eval_metrics(baseline))
         results = {}
         try:
             with progress(disable=not main) as bar:
