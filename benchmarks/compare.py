@@ -25,7 +25,6 @@ import statistics
 import sys
 from pathlib import Path
 
-from agentrl.analysis.behaviour import load_trajectories
 from agentrl.analysis.coupling import coupling_metrics
 from agentrl.checkpoint import latest_checkpoint
 from agentrl.config import ConfigError, load_config, save_config
@@ -33,6 +32,7 @@ from agentrl.evaluate import wilson_interval
 from agentrl.models import load_model, load_tokenizer
 from agentrl.pipeline import rl_settings, train_rl
 from agentrl.provenance import Phases, config_settings, folder_fingerprint
+from agentrl.rollout.records import read_trajectories
 from agentrl.tracking import read_metrics
 
 
@@ -146,7 +146,7 @@ def main() -> None:
         print(name, json.dumps({s: round(r["success"], 3) for s, r in summary[name].items()}))
     text = markdown(summary)
     if args.coupling:
-        trajectories = load_trajectories(args.coupling)
+        trajectories = read_trajectories(args.coupling)
         coupling = {"cold start": coupling_of(args.model, trajectories, args.coupling_pairs)}
         for name, dirs in runs.items():
             per_seed = [coupling_of(latest_checkpoint(d) / "model", trajectories, args.coupling_pairs) for d in dirs]
