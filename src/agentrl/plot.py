@@ -38,7 +38,8 @@ def _rollout(ax, rows):
     ax.plot(*_series(rows, "rollout/success"), label="success")
     ax.set(title="training rollouts", xlabel="RL step", ylabel="success")
     twin = ax.twinx()
-    twin.plot(*_series(rows, "rollout/episode_reward"), color="tab:orange", label="episode reward")
+    twin.plot(*_series(rows, "rollout/episode_reward"), color="tab:orange", linestyle="--", alpha=0.7,
+              label="episode reward")
     twin.set_ylabel("episode reward")
     twin.legend(loc="lower right", fontsize=8)
 
@@ -71,7 +72,8 @@ def _step_time(ax, rows):
             ax.bar(steps, values, bottom=bottom, label=part, width=1.0)
             bottom = [b + v for b, v in zip(bottom, values)]
     ax.bar(steps, [r["timing_s/step"] - b for r, b in zip(rows, bottom)], bottom=bottom, label="other", width=1.0)
-    ax.set(title="seconds per RL step", xlabel="RL step", ylabel="s")
+    ax.set(title="seconds per RL step", xlabel="RL step", ylabel="s",
+           ylim=(0, 1.5 * max((r["timing_s/step"] for r in rows), default=1.0)))  # room for the legend
 
 
 def _sft_loss(ax, rows):
