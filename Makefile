@@ -10,7 +10,11 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: demo test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean
+.PHONY: help demo test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
+	pipeline sft rl eval
+
+help:  ## this list
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 22
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -19,8 +23,31 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP)  ## the demo pipeline (recipes/demo.yaml)
 	$(VENV)/bin/agentrl run recipes/demo.yaml
+
+# The phases of any recipe: RECIPE=..., SET="key=value key2=value2" (overrides; no spaces inside
+# a value), NPROC=N (RL on N ranks through torchrun), MODEL=... (RL's starting model; default the
+# recipe's model.path), CHECKPOINT=... and OUT=... (evaluation).
+RECIPE ?= recipes/demo.yaml
+NPROC ?= 1
+SET ?=
+OVERRIDES = $(foreach item,$(SET),--set $(item))
+LAUNCH = $(if $(filter 1,$(NPROC)),$(VENV)/bin/agentrl,$(VENV)/bin/torchrun --standalone --nproc_per_node $(NPROC) \
+	--no-python $(VENV)/bin/agentrl)
+
+pipeline: $(STAMP)  ## RECIPE's pipeline: [init] -> eval -> SFT -> eval -> RL -> eval (one process)
+	$(VENV)/bin/agentrl run $(RECIPE) $(OVERRIDES)
+
+sft: $(STAMP)  ## RECIPE's pipeline up to SFT and its evaluation (RL's model: <run_dir>/sft/model)
+	$(VENV)/bin/agentrl run $(RECIPE) $(OVERRIDES) --set rl.steps=0
+
+rl: $(STAMP)  ## RL of RECIPE from MODEL on NPROC ranks into <run_dir>/rl (continues a stopped run)
+	$(LAUNCH) train $(RECIPE) $(OVERRIDES) $(if $(MODEL),--model $(MODEL)) --resume
+
+eval: $(STAMP)  ## evaluate CHECKPOINT (a model or checkpoint folder) on RECIPE's splits into OUT
+	@test -n "$(CHECKPOINT)" || { echo "make eval: give CHECKPOINT=<model or checkpoint folder>" >&2; exit 2; }
+	$(VENV)/bin/agentrl eval $(RECIPE) $(OVERRIDES) --checkpoint $(CHECKPOINT) --out $(or $(OUT),$(CHECKPOINT)/eval)
 
 $(VLLM_STAMP): pyproject.toml
 	python3 -m venv $(VLLM_VENV)
@@ -33,29 +60,29 @@ $(VLLM_STAMP): pyproject.toml
 
 vllm-env: $(VLLM_STAMP)
 
-test: $(STAMP) $(VLLM_STAMP)
+test: $(STAMP) $(VLLM_STAMP)  ## the test suite (both environments)
 	$(PY) -m pytest -q
 	$(VLLM_PY) -m pytest -q tests/test_vllm.py
 
-test-vllm: $(VLLM_STAMP)
+test-vllm: $(VLLM_STAMP)  ## the vLLM sampler's tests only
 	$(VLLM_PY) -m pytest -q tests/test_vllm.py
 
 # HF generate vs vLLM rollout throughput and weight-sync time vs model size (CPU: a few minutes).
-bench-sampler: $(VLLM_STAMP)
+bench-sampler: $(VLLM_STAMP)  ## HF generate vs vLLM throughput and weight sync
 	$(VLLM_PY) benchmarks/sampler.py
 
-test-slow: $(STAMP)
+test-slow: $(STAMP)  ## the slow tests
 	$(PY) -m pytest -q -m slow
 
 # Small semantic breakages of the code, one at a time, against the tests that should catch each
 # (about half an hour on 2 cores); prints the survivors and exits 1 if any survive.
-mutants: $(STAMP)
+mutants: $(STAMP)  ## the mutation pass (about half an hour)
 	$(PY) tests/mutants.py
 
 # GRPO vs GiGPO vs GAGPO vs RLOO vs PPO from the demo's cold start, 3 seeds each, equal budget
 # (about an hour on 2 cores). Results: runs/compare-estimators/{summary.md,summary.json,curves.png}.
 COMPARE := runs/compare-estimators
-compare-estimators: $(STAMP)
+compare-estimators: $(STAMP)  ## GRPO / RLOO / GiGPO / GAGPO / PPO, 3 seeds (about an hour)
 	$(VENV)/bin/agentrl run recipes/demo.yaml --set run_dir=$(COMPARE)/coldstart \
 		--set model.path=$(COMPARE)/coldstart/model-init --set rl.steps=0
 	$(PY) benchmarks/compare.py --recipe recipes/demo.yaml --model $(COMPARE)/coldstart/sft/model \
@@ -70,7 +97,7 @@ compare-estimators: $(STAMP)
 # from one cold start with judgment data, 3 seeds each, equal budget, plus the coupling lab on
 # fixed cold-start steps before and after (about 40 minutes on 2 cores).
 GCD_RUNS := runs/compare-gcd
-compare-gcd: $(STAMP)
+compare-gcd: $(STAMP)  ## GRPO vs GRPO + GCD, 3 seeds (about 40 minutes)
 	$(VENV)/bin/agentrl run recipes/gcd.yaml --set run_dir=$(GCD_RUNS)/coldstart \
 		--set model.path=$(GCD_RUNS)/coldstart/model-init --set rl.steps=0
 	$(PY) benchmarks/compare.py --recipe recipes/gcd.yaml --model $(GCD_RUNS)/coldstart/sft/model \

@@ -217,3 +217,33 @@ def test_metrics_also_go_to_weights_and_biases_offline(tmp_path, monkeypatch):
 
     bad = recipe(tmp_path, tracking=["mlflow"])
     assert main(["run", str(bad)]) == 2
+
+
+def test_make_targets_run_a_recipes_phases(tmp_path):
+    """make sft, then RL on 2 ranks from its model, then eval of the checkpoint, with overrides."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    path = recipe(tmp_path)
+
+    def make(*args):
+        # This interpreter's environment, as installed (no reinstall from a test).
+        done = subprocess.run(["make", "-s", "-C", str(root), *args, f"RECIPE={path}", f"VENV={sys.prefix}", "STAMP="],
+                              capture_output=True, text=True, timeout=600)
+        return done.returncode, done.stdout + done.stderr
+
+    rc, out = make("sft", "SET=sft.epochs=2 eval.episodes=1")
+    run = tmp_path / "run"
+    assert rc == 0, out[-3000:]
+    assert (run / "sft" / "model" / "config.json").is_file() and not (run / "rl").exists()
+    assert json.loads((run / "summary.json").read_text())["phases"]["sft"]["l0"]["episodes"] == 1
+    rc, out = make("rl", "NPROC=2", f"MODEL={run / 'sft' / 'model'}", "SET=rl.steps=1")
+    assert rc == 0, out[-3000:]
+    checkpoint = run / "rl" / "checkpoints" / "step_000001"
+    assert (checkpoint / "model" / "config.json").is_file()
+    rc, out = make("eval", f"CHECKPOINT={checkpoint}", f"OUT={tmp_path / 'ev'}")
+    assert rc == 0 and (tmp_path / "ev" / "results.json").is_file(), out[-3000:]
+    rc, out = make("eval")
+    assert rc == 2 and "make eval: give CHECKPOINT=" in out
