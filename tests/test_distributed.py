@@ -210,3 +210,32 @@ def test_two_rank_training_killed_and_resumed_matches_an_uninterrupted_run(tiny_
     final_a = load_file(checkpoint / "model" / "model.safetensors")
     final_b = load_file(list_checkpoints(tmp_path / "b" / "rl")[-1] / "model" / "model.safetensors")
     assert all(torch.equal(final_a[k], final_b[k]) for k in final_a)
+
+
+def test_accelerate_launch_with_the_cpu_config_trains_on_two_ranks(tiny_model_dir, tmp_path):
+    """recipes/accelerate/cpu.yaml starts 2 gloo ranks; `accelerate launch --cpu` (one process) is
+    refused with the form that works, before anything loads."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("accelerate")
+    accelerate = str(Path(sys.executable).parent / "accelerate")
+    agentrl = str(Path(sys.executable).parent / "agentrl")
+    root = Path(__file__).resolve().parents[1]
+    write_recipe(tmp_path / "r.yaml", tmp_path / "run", 1)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([accelerate, "launch", "--config_file", str(root / "recipes" / "accelerate" / "cpu.yaml"),
+                           "--main_process_port", str(free_port()), "--no_python", agentrl, "train",
+                           str(tmp_path / "r.yaml"), "--model", str(tiny_model_dir)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "RL step 1/1" in done.stdout and (tmp_path / "run" / "rl" / "checkpoints" / "step_000001").is_dir()
+    from agentrl.rollout.records import read_trajectories
+    assert len(read_trajectories(tmp_path / "run" / "rl" / "rollouts" / "step_000001.jsonl.gz")) == 6  # both ranks'
+
+    done = subprocess.run([accelerate, "launch", "--cpu", "--num_processes", "2", "--no_python", agentrl, "train",
+                           str(tmp_path / "r.yaml"), "--model", str(tiny_model_dir), "--overwrite"],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode != 0
+    assert "`accelerate launch --cpu` starts one process" in done.stderr and "recipes/accelerate/cpu.yaml" in done.stderr
