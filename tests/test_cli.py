@@ -65,7 +65,9 @@ def test_run_pipeline_end_to_end_and_rerun_skips_done_phases(tmp_path, capsys):
     phases = EventAccumulator(str(run / "logs" / "tb"))
     phases.Reload()
     expected = {"init", "eval initial", "expert data", "sft", "eval sft", "rl"}
-    assert set(phases.Tags()["scalars"]) == {f"phase_s/{name}" for name in expected}
+    assert {tag for tag in phases.Tags()["scalars"] if tag.startswith("phase_s/")} == {f"phase_s/{name}" for name in expected}
+    l1 = [(e.step, e.value) for e in phases.Scalars("phase_eval/l1/success")]  # initial, post-SFT, post-RL
+    assert l1 == [(i, pytest.approx(summary["phases"][p]["l1"]["success"])) for i, p in enumerate(("initial", "sft", "rl"))]
     assert set(summary["seconds"]) == expected and all(v > 0 for v in summary["seconds"].values())
 
     # The step's training trajectories, every episode, in evaluation's record format.

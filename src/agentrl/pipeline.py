@@ -171,7 +171,7 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
                 data.parent.mkdir(parents=True, exist_ok=True)
                 with timed(seconds, "expert data"):
                     stats = expert_data(config, data, config.sft.episodes, config.sft.judgments)
-                console.print(f"[bold]expert data[/] {stats} -> {data}")
+                console.print(f"[bold]expert data[/] {stats} -> {data}", soft_wrap=True)
                 phases.complete("expert data", data_settings)
         settings = {**upstream, **data_settings, **config_settings(config, "seed", "sft")}
         model_path = str(sft_dir / "model")
@@ -206,25 +206,29 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
         _print_phase("rl", results["rl"])
 
     summary = {"run_dir": str(run_dir), "splits": config.eval.splits, "episodes": config.eval.episodes,
-               "phases": results, "seconds": _phase_seconds(config, seconds)}
+               "phases": results, "seconds": _phase_log(config, seconds, results)}
     write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
     save_config(config, run_dir / "config.yaml")
     print_summary(summary)
     return summary
 
 
-def _phase_seconds(config: Config, now: dict[str, float]) -> dict[str, float]:
-    """Seconds per phase, the phases run now merged into those of earlier runs of the folder
-    (a reused phase keeps its time); also TensorBoard scalars phase_s/<phase> in run_dir/logs."""
+def _phase_log(config: Config, now: dict[str, float], results: dict[str, dict]) -> dict[str, float]:
+    """Seconds per phase, the phases run now merged into those of earlier runs of the folder (a
+    reused phase keeps its time), written with each phase's evaluation to run_dir/logs: scalars
+    phase_s/<phase> at step 0 and phase_eval/<split>/success at step 0, 1, 2 for the initial,
+    post-SFT and post-RL models. Returns the seconds."""
     run_dir = Path(config.run_dir)
     path = run_dir / "logs" / "phase_seconds.json"
     seconds = {**(json.loads(path.read_text()) if path.exists() else {}), **now}
-    if now or not path.exists():
-        shutil.rmtree(run_dir / "logs", ignore_errors=True)  # one point per phase: written anew
-        tracker = Tracker(run_dir / "logs", config=config, name="phases")
-        tracker.log(0, {f"phase_s/{name}": value for name, value in seconds.items()})
-        tracker.close()
-        write_atomic(path, json.dumps(seconds, indent=2))
+    shutil.rmtree(run_dir / "logs", ignore_errors=True)  # written anew: one point per phase
+    tracker = Tracker(run_dir / "logs", config=config, name="phases")
+    for index, split_results in enumerate(results.values()):
+        metrics = {f"phase_eval/{split}/success": r["success"] for split, r in split_results.items()}
+        tracker.log(index, {**({f"phase_s/{name}": value for name, value in seconds.items()} if index == 0 else {}),
+                            **metrics})
+    tracker.close()
+    write_atomic(path, json.dumps(seconds, indent=2))
     return seconds
 
 
