@@ -36,8 +36,8 @@ OVERRIDES = $(foreach item,$(SET),--set $(item))
 LAUNCH = $(if $(filter 1,$(NPROC)),$(VENV)/bin/agentrl,$(VENV)/bin/torchrun --standalone --nproc_per_node $(NPROC) \
 	--no-python $(VENV)/bin/agentrl)
 
-pipeline: $(STAMP)  ## RECIPE's pipeline: [init] -> eval -> SFT -> eval -> RL -> eval (one process)
-	$(VENV)/bin/agentrl run $(RECIPE) $(OVERRIDES)
+pipeline: $(STAMP)  ## RECIPE's pipeline: [init] -> eval -> SFT -> eval -> RL -> eval (RL on NPROC ranks)
+	$(LAUNCH) run $(RECIPE) $(OVERRIDES)
 
 sft: $(STAMP)  ## RECIPE's pipeline up to SFT and its evaluation (RL's model: <run_dir>/sft/model)
 	$(VENV)/bin/agentrl run $(RECIPE) $(OVERRIDES) --set rl.steps=0

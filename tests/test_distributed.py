@@ -1,6 +1,7 @@
 """Data-parallel actors with real torch.distributed (gloo, 2 processes): the same global batch
 gives the same update as one process, and sharded checkpoints restore exactly."""
 
+import json
 import os
 import socket
 
@@ -239,3 +240,51 @@ def test_accelerate_launch_with_the_cpu_config_trains_on_two_ranks(tiny_model_di
                           capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode != 0
     assert "`accelerate launch --cpu` starts one process" in done.stderr and "recipes/accelerate/cpu.yaml" in done.stderr
+
+
+def test_the_pipeline_under_torchrun_runs_rl_on_every_rank(tmp_path):
+    """`torchrun ... agentrl run`: rank 0 makes the model, evaluates and fine-tunes while rank 1
+    waits; both train RL (fsdp2); rank 0 writes the summary; a rerun reuses every phase."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from conftest import COMPACT
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "seed": 1, "run_dir": str(tmp_path / "run"), "model": {"path": str(tmp_path / "run" / "init")},
+        "init": {"layers": 1, "intermediate_size": 128, "corpus_episodes": 20},
+        "env": {"type": "household", "max_steps": 10}, "prompt": {"template": COMPACT, "history_length": 1},
+        "sampling": {"max_new_tokens": 8}, "sft": {"episodes": 3, "epochs": 1, "batch_size": 8},
+        "rl": {"steps": 2, "tasks_per_step": 2, "group_size": 2, "actor": {"backend": "fsdp2"}},
+        "eval": {"episodes": 2, "splits": ["l0"]},
+    }))
+
+    def launch(*overrides):
+        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                               str(free_port()), "--no-python", str(Path(sys.executable).parent / "agentrl"), "run",
+                               str(recipe), *overrides], capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    done = launch()
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    run = tmp_path / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    assert list(summary["phases"]) == ["initial", "sft", "rl"]
+    assert done.stdout.count("Success rate") == 1 and done.stdout.count("phase sft: running") == 1  # rank 0 only
+    from agentrl.rollout.records import read_trajectories
+    assert len(read_trajectories(run / "rl" / "rollouts" / "step_000002.jsonl.gz")) == 4  # both ranks' episodes
+    assert (run / "rl" / "checkpoints" / "step_000002" / "dcp").is_dir()
+
+    again = launch()
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "phase eval rl: done earlier with the same settings, reused" in again.stdout
+    assert json.loads((run / "summary.json").read_text())["phases"] == summary["phases"]
+
+    # One process's actor on two ranks would train two models: refused.
+    single = launch("--set", "rl.actor.backend=single")
+    assert single.returncode != 0 and "rl.actor.backend: single trains in one process" in single.stderr
+    assert (run / "rl" / "checkpoints" / "step_000002").is_dir()  # refused before anything was redone

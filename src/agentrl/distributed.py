@@ -4,18 +4,45 @@ WORLD_SIZE); everything is a no-op in a single process."""
 from __future__ import annotations
 
 import os
+from datetime import timedelta
+from typing import Callable, TypeVar
 
 import torch
 import torch.distributed as dist
 
+from agentrl.errors import RunError
 
-def init_from_env() -> None:
+T = TypeVar("T")
+
+
+def init_from_env(timeout: timedelta | None = None) -> None:
     """Join the process group the launcher describes (nccl on GPUs, gloo on CPU), also a group
-    of one (`torchrun --nproc_per_node 1`: a sharded backend on one GPU)."""
+    of one (`torchrun --nproc_per_node 1`: a sharded backend on one GPU). `timeout`: how long a
+    collective waits for the slowest rank (torch's default when None)."""
     if "WORLD_SIZE" in os.environ and not dist.is_initialized():
         if torch.cuda.is_available():
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo", timeout=timeout)
+
+
+def on_main(compute: Callable[[], T]) -> T:
+    """compute() on rank 0, its result on every rank (the others wait); an exception on rank 0
+    stops every rank (there: raised again; elsewhere: RunError naming it)."""
+    if world() == 1:
+        return compute()
+    box = [None]
+    if is_main():
+        try:
+            box[0] = ("ok", compute())
+        except BaseException as err:
+            box[0] = ("error", f"{type(err).__name__}: {err}")
+            dist.broadcast_object_list(box, src=0, device=device())
+            raise
+    dist.broadcast_object_list(box, src=0, device=device())  # our rank 0's values, never outside input
+    status, value = box[0]
+    if status == "error":
+        raise RunError(f"rank 0 stopped ({value})")
+    return value
 
 
 def shutdown() -> None:

@@ -15,12 +15,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from datetime import timedelta
 from pathlib import Path
 
 import torch
 from rich.console import Console
 from rich.table import Table
 
+from agentrl import distributed
 from agentrl.checkpoint import latest_checkpoint
 from agentrl.components import timed
 from agentrl.config import Config, ConfigError, prompt_differences, save_config, save_prompt
@@ -34,10 +36,12 @@ from agentrl.provenance import Phases, config_settings, folder_fingerprint, plug
 from agentrl.sampler.hf import HFSampler
 from agentrl.sft import train_sft
 from agentrl.tracking import Tracker
-from agentrl.trainer import RLTrainer
+from agentrl.trainer import RLTrainer, check_ranks
 
 console = Console()
 
+PIPELINE_WAIT = timedelta(hours=24)
+"""How long the other ranks wait for rank 0's phases before RL (init, evaluations, expert data, SFT)."""
 RL_CONTINUABLE = ("rl.steps", "rl.eval_every", "rl.save_every", "rl.keep_last", "rl.workers",
                   "rl.env_step_timeout_s", "rl.env_reset_timeout_s", "rl.max_aborted_share", "rl.max_skipped_updates",
                   "rl.check_logprobs_every", "rl.save_rollouts", "rl.log_samples")
@@ -129,6 +133,39 @@ def rl_settings(config: Config) -> dict:
 
 # --- the pipeline ---------------------------------------------------------------------------------
 def run_pipeline(config: Config, restart: bool = False) -> dict:
+    """The recipe's phases; the summary (an empty dict on ranks other than 0). Under torchrun /
+    accelerate launch the phases before RL run on rank 0 while the other ranks wait (up to
+    PIPELINE_WAIT), RL runs on every rank (sharded as rl.actor says), and rank 0 writes the rest."""
+    distributed.init_from_env(timeout=PIPELINE_WAIT)
+    if config.rl is not None and config.rl.steps > 0:
+        check_ranks(config.rl, distributed.world())  # before any phase: nothing is redone in vain
+    plan = distributed.on_main(lambda: _until_rl(config, restart))
+    results, seconds = plan["results"], plan["seconds"]
+    if plan["train_rl"]:
+        with timed(seconds, "rl"):  # with its evaluations
+            results["rl"] = train_rl(config, plan["model_path"], Path(config.run_dir) / "rl", resume=True,
+                                     baseline=results.get("sft", results["initial"]))
+    if not distributed.is_main():
+        distributed.shutdown()
+        return {}
+    run_dir = Path(config.run_dir)
+    if plan["train_rl"]:
+        write_atomic(run_dir / "eval" / "rl" / "results.json", json.dumps(results["rl"], indent=2))
+        Phases(run_dir).complete("eval rl", plan["eval_settings"])
+    if "rl" in results:
+        _print_phase("rl", results["rl"])
+    summary = {"run_dir": str(run_dir), "splits": config.eval.splits, "episodes": config.eval.episodes,
+               "phases": results, "seconds": _phase_log(config, seconds, results)}
+    write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
+    save_config(config, run_dir / "config.yaml")
+    print_summary(summary)
+    distributed.shutdown()
+    return summary
+
+
+def _until_rl(config: Config, restart: bool) -> dict:
+    """The phases before RL (rank 0) and what RL is to do: {results, seconds, model_path (RL's
+    starting model), train_rl (False: no RL, or its results are reusable), eval_settings}."""
     run_dir = Path(config.run_dir)
     if config.model.path is None:
         raise ConfigError("model.path: the pipeline needs a model (a local folder or hub id) or an `init` section")
@@ -182,6 +219,7 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
         upstream = {**settings, "sft.fingerprint": folder_fingerprint(model_path)}
         results["sft"] = _eval_phase(config, phases, "sft", model_path, upstream, seconds)
 
+    plan = {"results": results, "seconds": seconds, "model_path": model_path, "train_rl": False, "eval_settings": None}
     if config.rl is not None and config.rl.steps > 0:
         rl_dir = run_dir / "rl"
         settings = {**upstream, **rl_settings(config)}
@@ -189,28 +227,18 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
             phases.reusable("rl", settings, rl_dir.exists())  # says why it runs
             shutil.rmtree(rl_dir, ignore_errors=True)  # steps taken with other settings
             phases.complete("rl", settings)  # before training: a stopped run resumes only with these
-        eval_settings = {**settings, "rl.steps": config.rl.steps, **config_settings(config, "eval", exclude=EVAL_GUARDS)}
+        plan["eval_settings"] = {**settings, "rl.steps": config.rl.steps,
+                                 **config_settings(config, "eval", exclude=EVAL_GUARDS)}
         done = run_dir / "eval" / "rl" / "results.json"
-        if phases.reusable("eval rl", eval_settings, done.exists()):
+        if phases.reusable("eval rl", plan["eval_settings"], done.exists()):
             results["rl"] = json.loads(done.read_text())
         else:
+            (run_dir / "eval" / "rl").mkdir(parents=True, exist_ok=True)
             ckpt = latest_checkpoint(rl_dir)
             if ckpt is not None:
                 console.print(f"[bold]rl[/] continuing from {ckpt.name} to step {config.rl.steps}")
-            with timed(seconds, "rl"):  # with its evaluations
-                results["rl"] = train_rl(config, model_path, rl_dir, resume=True,
-                                         baseline=results.get("sft", results["initial"]))
-            done.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(done, json.dumps(results["rl"], indent=2))
-            phases.complete("eval rl", eval_settings)
-        _print_phase("rl", results["rl"])
-
-    summary = {"run_dir": str(run_dir), "splits": config.eval.splits, "episodes": config.eval.episodes,
-               "phases": results, "seconds": _phase_log(config, seconds, results)}
-    write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
-    save_config(config, run_dir / "config.yaml")
-    print_summary(summary)
-    return summary
+            plan["train_rl"] = True
+    return plan
 
 
 def _phase_log(config: Config, now: dict[str, float], results: dict[str, dict]) -> dict[str, float]:

@@ -21,6 +21,7 @@ from agentrl.actor.base import Actor
 from agentrl.actor.batch import TrainSample, micro_batches, per_sample
 from agentrl.advantages import compute_advantages
 from agentrl.checkpoint import latest_checkpoint, read_state, save_checkpoint
+from agentrl.config import ConfigError
 from agentrl.components import Context, StepBatch, build_components, timed
 from agentrl.envs.base import sample_tasks
 from agentrl.envs.pool import EnvPool
@@ -35,6 +36,16 @@ from agentrl.rollout.records import write_trajectories
 from agentrl.sampler.base import Sampler
 from agentrl.seeding import step_seed
 from agentrl.tracking import Tracker
+
+
+def check_ranks(rl, world: int) -> None:
+    """ConfigError unless the RL settings work on `world` ranks."""
+    if world > 1 and rl.actor.backend == "single":
+        raise ConfigError(f"rl.actor.backend: single trains in one process; with {world} ranks each would "
+                          f"train a model of its own: use fsdp2, zero2 or zero3")
+    if rl.tasks_per_step % world:
+        raise ConfigError(f"rl.tasks_per_step ({rl.tasks_per_step}) must be a multiple of the number of ranks "
+                          f"({world}): a task group never spans ranks")
 
 
 def rollout_metrics(trajectories) -> dict[str, float]:
@@ -70,9 +81,7 @@ class RLTrainer:
         self.tokenizer = load_tokenizer(model_path)
         self.model = self._load_policy(model_path)
         self.world, self.rank = distributed.world(), distributed.rank()
-        if self.rl.tasks_per_step % self.world:
-            raise ValueError(f"rl.tasks_per_step ({self.rl.tasks_per_step}) must be a multiple of the "
-                             f"number of ranks ({self.world}): a task group never spans ranks")
+        check_ranks(self.rl, self.world)
         sharded = self.rl.actor.backend != "single"
         # A sharded actor cannot generate: each rank's sampler holds a full copy of the weights.
         self.sampler: Sampler = SAMPLERS.get(self.rl.sampler.type)(
