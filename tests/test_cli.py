@@ -241,7 +241,7 @@ def test_make_targets_run_a_recipes_phases(tmp_path):
     assert rc == 0, out[-3000:]
     assert (run / "sft" / "model" / "config.json").is_file() and not (run / "rl").exists()
     assert json.loads((run / "summary.json").read_text())["phases"]["sft"]["l0"]["episodes"] == 1
-    rc, out = make("rl", "NPROC=2", f"MODEL={run / 'sft' / 'model'}", "SET=rl.steps=1")
+    rc, out = make("rl", "NPROC=2", f"MODEL={run / 'sft' / 'model'}", "SET=rl.steps=1 rl.actor.backend=fsdp2")
     assert rc == 0, out[-3000:]
     checkpoint = run / "rl" / "checkpoints" / "step_000001"
     assert (checkpoint / "model" / "config.json").is_file()
