@@ -226,19 +226,12 @@ def _train(args, config) -> int:
     from agentrl.checkpoint import latest_checkpoint
     from agentrl.config import save_config
     from agentrl.pipeline import rl_settings, train_rl
+    from agentrl.trainer import check_ranks
     from agentrl.provenance import Phases, changes
 
     if config.rl is None:
         raise ConfigError(f"{args.recipe}: the recipe has no rl section")
-    backend = config.rl.actor.backend
-    if backend != "single" and "WORLD_SIZE" not in os.environ:
-        hint = ("; `accelerate launch --cpu` starts one process whatever --num_processes says: on CPU use "
-                "--config_file recipes/accelerate/cpu.yaml (or --multi_gpu --num_processes N: gloo ranks)"
-                if os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true" else "")
-        raise ConfigError(f"{args.recipe}: rl.actor.backend: {backend} shards over ranks: launch with "
-                          f"`torchrun --nproc_per_node N --no-python agentrl train ...` or `accelerate launch "
-                          f"--config_file recipes/accelerate/<cpu|gpu1|node8|nodes2>.yaml --no_python agentrl train ...`"
-                          f"{hint}")
+    check_ranks(config.rl, int(os.environ.get("WORLD_SIZE", "1")))  # before anything loads
     model = _model(args, config)
     run_dir = Path(config.run_dir) / "rl"
     ckpt = latest_checkpoint(run_dir)

@@ -150,6 +150,7 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
         return {}
     run_dir = Path(config.run_dir)
     if plan["train_rl"]:
+        (run_dir / "eval" / "rl").mkdir(parents=True, exist_ok=True)
         write_atomic(run_dir / "eval" / "rl" / "results.json", json.dumps(results["rl"], indent=2))
         Phases(run_dir).complete("eval rl", plan["eval_settings"])
     if "rl" in results:
@@ -233,7 +234,6 @@ def _until_rl(config: Config, restart: bool) -> dict:
         if phases.reusable("eval rl", plan["eval_settings"], done.exists()):
             results["rl"] = json.loads(done.read_text())
         else:
-            (run_dir / "eval" / "rl").mkdir(parents=True, exist_ok=True)
             ckpt = latest_checkpoint(rl_dir)
             if ckpt is not None:
                 console.print(f"[bold]rl[/] continuing from {ckpt.name} to step {config.rl.steps}")
