@@ -121,3 +121,43 @@ def test_aggregation_weights_and_kl_estimators_by_hand():
     torch.testing.assert_close(KL_ESTIMATORS.get("k2")(logp, ref), torch.tensor([0.125, 0.5]))
     r = torch.tensor([-0.5, 1.0])  # log(ref / pi)
     torch.testing.assert_close(KL_ESTIMATORS.get("k3")(logp, ref), torch.exp(r) - r - 1)
+
+
+def test_bf16_weights_learn_through_fp32_master_weights_and_resume_exactly(tiny_model_dir, tmp_path):
+    """A bf16 model's AdamW steps at lr 1e-6 are far below bf16's spacing: applied to the bf16
+    weights they would round away. The single actor accumulates them in fp32 master weights
+    (which its checkpoint saves) and the bf16 model follows them."""
+    from agentrl.actor.batch import TrainSample, micro_batches
+    from agentrl.actor.single import SingleActor
+    from agentrl.config import OptimConfig
+    from agentrl.models import load_model
+
+    model = load_model(str(tiny_model_dir), "bfloat16")
+    initial = {k: v.detach().clone() for k, v in model.named_parameters()}
+    actor = SingleActor(model, OptimConfig(lr=1e-6, weight_decay=0.0))
+    g = torch.Generator().manual_seed(0)
+    samples = [TrainSample.from_turn(torch.randint(5, 200, (6,), generator=g).tolist(),
+                                     torch.randint(5, 200, (3,), generator=g).tolist()) for _ in range(4)]
+
+    def step():
+        def loss_fn(batch):
+            logp, _ = actor.token_logprobs(batch)
+            return -logp.float().mean(), {}
+        return actor.optimizer_step([(micro_batches(samples, 10**6), loss_fn)])
+
+    for _ in range(3):
+        assert step()["skipped_updates"] == 0
+    names = [k for k, p in model.named_parameters() if p.requires_grad]
+    assert all(m.dtype == torch.float32 for m in actor.master)
+    moved = sum(float((m - initial[k].float()).abs().max()) > 2e-6 for k, m in zip(names, actor.master))
+    assert moved == len(names)  # every master weight took its ~3e-6 of steps
+    assert all(torch.equal(p, m.to(torch.bfloat16)) for p, m in zip(actor.parameters, actor.master))
+
+    actor.save(tmp_path)
+    step()
+    after = [m.clone() for m in actor.master]
+    reloaded = SingleActor(load_model(str(tmp_path / "model"), "bfloat16"), OptimConfig(lr=1e-6, weight_decay=0.0))
+    reloaded.load(tmp_path)
+    actor = reloaded
+    step()
+    assert all(torch.equal(a, m) for a, m in zip(after, actor.master))  # the fp32 state, not the bf16 weights

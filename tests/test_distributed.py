@@ -144,16 +144,31 @@ def write_recipe(path, run_dir, steps, backend="fsdp2"):
     }))
 
 
-def torchrun(recipe, model_dir, log, resume=False):
+def torchrun(recipe, model_dir, log, resume=False, command="train", *args, nproc=2):
     import subprocess
     import sys
     from pathlib import Path
 
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-               str(free_port()), "--no-python", str(Path(sys.executable).parent / "agentrl"), "train", str(recipe),
-               "--model", str(model_dir), *(["--resume"] if resume else [])]
-    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    agentrl = str(Path(sys.executable).parent / "agentrl")
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
+              str(free_port()), "--no-python", agentrl] if nproc else [agentrl]
+    return subprocess.Popen([*launch, command, str(recipe), "--model", str(model_dir), *args,
+                             *(["--resume"] if resume else [])],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def kill_launch(proc) -> None:
+    """SIGKILL a torchrun launch: its ranks (each started in a session of its own), then torchrun."""
+    import signal
+    import subprocess
+
+    ranks = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    for pid in ranks:
+        os.kill(int(pid), signal.SIGKILL)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert len(ranks) == 2
 
 
 @pytest.mark.parametrize("backend", ["fsdp2", "zero3"])
@@ -161,8 +176,6 @@ def test_two_rank_training_killed_and_resumed_matches_an_uninterrupted_run(tiny_
     if backend.startswith("zero"):
         pytest.importorskip("deepspeed")
     import random
-    import signal
-    import subprocess
     import time
 
     from agentrl.checkpoint import list_checkpoints
@@ -195,13 +208,7 @@ def test_two_rank_training_killed_and_resumed_matches_an_uninterrupted_run(tiny_
         while not target.exists():
             assert proc.poll() is None and time.time() < deadline, (tmp_path / "killed.log").read_text()
             time.sleep(0.02)
-        # torchrun starts every rank in a session of its own: kill the ranks, then torchrun.
-        ranks = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
-        for pid in ranks:
-            os.kill(int(pid), signal.SIGKILL)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        assert len(ranks) == 2
+        kill_launch(proc)
     assert list_checkpoints(tmp_path / "b" / "rl")[-1].name != "step_000003", "the kill came too late"
     with open(tmp_path / "resumed.log", "w") as log:
         assert torchrun(tmp_path / "b.yaml", tiny_model_dir, log, resume=True).wait(timeout=600) == 0, \
@@ -211,6 +218,77 @@ def test_two_rank_training_killed_and_resumed_matches_an_uninterrupted_run(tiny_
     final_a = load_file(checkpoint / "model" / "model.safetensors")
     final_b = load_file(list_checkpoints(tmp_path / "b" / "rl")[-1] / "model" / "model.safetensors")
     assert all(torch.equal(final_a[k], final_b[k]) for k in final_a)
+
+
+@pytest.mark.parametrize("backend,lora", [("fsdp2", False), ("fsdp2", True), ("zero3", False)],
+                         ids=["fsdp2", "fsdp2-lora", "zero3"])
+def test_sharded_sft_matches_one_process_and_resumes_exactly_after_a_kill(tiny_model_dir, tmp_path, backend, lora):
+    """`agentrl sft` on 2 gloo ranks trains the weights one process trains from the same global
+    batches; (fsdp2) SIGKILLed after a random checkpoint and rerun, it ends bit for bit where an
+    uninterrupted 2-rank run ends, with the same logged losses."""
+    if lora:
+        pytest.importorskip("peft")
+    if backend.startswith("zero"):
+        pytest.importorskip("deepspeed")
+    import random
+    import time
+
+    import yaml
+
+    from agentrl.config import HouseholdEnvConfig, PromptConfig
+    from agentrl.data import collect_expert_data
+    from agentrl.envs import make_env
+    from agentrl.tracking import read_metrics
+    from conftest import COMPACT
+
+    prompt = {"template": COMPACT, "history_length": 1}
+    collect_expert_data(make_env(HouseholdEnvConfig()), PromptConfig(**prompt), 3, tmp_path / "data.jsonl", 0)
+
+    def sft(name, actor, kill_after=None):
+        recipe = tmp_path / f"{name}.yaml"
+        recipe.write_text(yaml.safe_dump({
+            "seed": 5, "prompt": prompt, "sft": {"epochs": 2, "batch_size": 8, "save_every": 1, "micro_batch_tokens": 400,
+                                                 "optim": {"lr": 1e-4}, "actor": actor}}))
+        out = tmp_path / name / "model"
+        with open(tmp_path / f"{name}.log", "a") as log:
+            proc = torchrun(recipe, tiny_model_dir, log, False, "sft", "--data", str(tmp_path / "data.jsonl"),
+                            "--out", str(out), nproc=0 if actor["backend"] == "single" else 2)
+            if kill_after is None:
+                assert proc.wait(timeout=600) == 0, (tmp_path / f"{name}.log").read_text()[-3000:]
+                return out
+            deadline = time.time() + 600
+            target = tmp_path / name / "model.tmp" / "checkpoints" / f"step_{kill_after:06d}"
+            while not target.exists():
+                assert proc.poll() is None and time.time() < deadline, (tmp_path / f"{name}.log").read_text()
+                time.sleep(0.02)
+            kill_launch(proc)
+            assert not out.exists()  # the output appears only when complete
+
+    adapters = {"lora": {"r": 4, "alpha": 8}} if lora else {}
+    one = load_file(sft("one", {"backend": "single", **adapters}) / "model.safetensors")
+    two = load_file(sft("two", {"backend": backend, **adapters}) / "model.safetensors")
+    initial = load_file(tiny_model_dir / "model.safetensors")
+    tied = {"lm_head.weight"}  # a tied head is written by the sharded actors only
+    assert set(one) - tied == set(two) - tied == set(initial) - tied  # LoRA: merged into plain weights
+    assert max(float((two[k] - initial[k]).abs().max()) for k in set(two) - tied) > 2e-4  # it trained
+    for name in set(one) & set(two):
+        assert torch.allclose(one[name], two[name], atol=5e-5, rtol=0), name
+    losses = [r["sft/loss"] for r in read_metrics(tmp_path / "two" / "model" / "logs" / "metrics.jsonl")]
+    assert losses == pytest.approx([r["sft/loss"] for r in read_metrics(tmp_path / "one" / "model" / "logs" /
+                                                                          "metrics.jsonl")], rel=1e-4)
+    assert not (tmp_path / "two" / "model" / "checkpoints").exists() and not (tmp_path / "two" / "model.tmp").exists()
+    if backend != "fsdp2" or lora:
+        return
+
+    steps = len(losses)
+    kill_after = random.Random().randrange(1, steps)
+    sft("killed", {"backend": backend}, kill_after=kill_after)
+    resumed = load_file(sft("killed", {"backend": backend}) / "model.safetensors")
+    assert "sft continuing from step_" in (tmp_path / "killed.log").read_text()
+    assert all(torch.equal(resumed[k], two[k]) for k in two), f"killed after step {kill_after}"
+    rows = read_metrics(tmp_path / "killed" / "model" / "logs" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    assert [r["sft/loss"] for r in rows] == losses
 
 
 def test_accelerate_launch_with_the_cpu_config_trains_on_two_ranks(tiny_model_dir, tmp_path):
@@ -242,11 +320,14 @@ def test_accelerate_launch_with_the_cpu_config_trains_on_two_ranks(tiny_model_di
     assert "`accelerate launch --cpu` starts one process" in done.stderr and "recipes/accelerate/cpu.yaml" in done.stderr
 
 
-def test_the_pipeline_under_torchrun_runs_rl_on_every_rank(tmp_path):
-    """`torchrun ... agentrl run`: rank 0 makes the model, evaluates and fine-tunes while rank 1
-    waits; both train RL (fsdp2); rank 0 writes the summary; a rerun reuses every phase."""
+def test_the_pipeline_under_torchrun_shards_sft_and_rl_and_resumes_after_kills(tmp_path):
+    """`torchrun ... agentrl run`: rank 0 makes the model, evaluates and collects expert data while
+    rank 1 waits; both train SFT and RL (fsdp2). SIGKILLed in SFT, then in RL, each rerun of the
+    same command continues from the last checkpoint; rank 0 writes the summary; a rerun reuses
+    every phase."""
     import subprocess
     import sys
+    import time
     from pathlib import Path
 
     import yaml
@@ -258,33 +339,60 @@ def test_the_pipeline_under_torchrun_runs_rl_on_every_rank(tmp_path):
         "seed": 1, "run_dir": str(tmp_path / "run"), "model": {"path": str(tmp_path / "run" / "init")},
         "init": {"layers": 1, "intermediate_size": 128, "corpus_episodes": 20},
         "env": {"type": "household", "max_steps": 10}, "prompt": {"template": COMPACT, "history_length": 1},
-        "sampling": {"max_new_tokens": 8}, "sft": {"episodes": 3, "epochs": 1, "batch_size": 8},
-        "rl": {"steps": 2, "tasks_per_step": 2, "group_size": 2, "actor": {"backend": "fsdp2"}},
+        "sampling": {"max_new_tokens": 8}, "sft": {"episodes": 3, "epochs": 2, "batch_size": 8, "save_every": 1},
+        "rl": {"steps": 3, "tasks_per_step": 2, "group_size": 2, "save_every": 1, "actor": {"backend": "fsdp2"}},
         "eval": {"episodes": 2, "splits": ["l0"]},
     }))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def command(*overrides):
+        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                str(free_port()), "--no-python", str(Path(sys.executable).parent / "agentrl"), "run", str(recipe),
+                *overrides]
 
     def launch(*overrides):
-        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                               str(free_port()), "--no-python", str(Path(sys.executable).parent / "agentrl"), "run",
-                               str(recipe), *overrides], capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+        return subprocess.run(command(*overrides), capture_output=True, text=True, timeout=600, env=env)
+
+    def killed_at(path: Path) -> str:
+        with open(tmp_path / "killed.log", "w") as log:
+            proc = subprocess.Popen(command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+            deadline = time.time() + 600
+            while not path.exists():
+                assert proc.poll() is None and time.time() < deadline, (tmp_path / "killed.log").read_text()
+                time.sleep(0.02)
+            kill_launch(proc)
+        return (tmp_path / "killed.log").read_text()
+
+    run = tmp_path / "run"
+    sft_checkpoint = run / "sft" / "model.tmp" / "checkpoints" / "step_000001"
+    killed_at(sft_checkpoint)
+    assert (sft_checkpoint / "dcp").is_dir()  # both ranks wrote their SFT shards
+    assert not (run / "sft" / "model").exists()
+    log = killed_at(run / "rl" / "checkpoints" / "step_000001")
+    assert "sft continuing from step_000001" in log
+    assert (run / "sft" / "model" / "config.json").is_file() and not (run / "sft" / "model.tmp").exists()
 
     done = launch()
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    run = tmp_path / "run"
+    assert "rl continuing from step_000001 to step 3" in done.stdout
     summary = json.loads((run / "summary.json").read_text())
     assert list(summary["phases"]) == ["initial", "sft", "rl"]
-    assert done.stdout.count("Success rate") == 1 and done.stdout.count("phase sft: running") == 1  # rank 0 only
+    assert done.stdout.count("Success rate") == 1  # rank 0 only
     from agentrl.rollout.records import read_trajectories
-    assert len(read_trajectories(run / "rl" / "rollouts" / "step_000002.jsonl.gz")) == 4  # both ranks' episodes
-    assert (run / "rl" / "checkpoints" / "step_000002" / "dcp").is_dir()
+    assert len(read_trajectories(run / "rl" / "rollouts" / "step_000003.jsonl.gz")) == 4  # both ranks' episodes
+    assert (run / "rl" / "checkpoints" / "step_000003" / "dcp").is_dir()
+    from agentrl.tracking import read_metrics
+    assert [r["step"] for r in read_metrics(run / "rl" / "logs" / "metrics.jsonl")] == [0, 1, 2, 3]
 
     again = launch()
     assert again.returncode == 0, again.stderr[-3000:]
     assert "phase eval rl: done earlier with the same settings, reused" in again.stdout
+    assert "phase sft: done earlier with the same settings, reused" in again.stdout
     assert json.loads((run / "summary.json").read_text())["phases"] == summary["phases"]
 
     # One process's actor on two ranks would train two models: refused.
     single = launch("--set", "rl.actor.backend=single")
     assert single.returncode != 0 and "rl.actor.backend: single trains in one process" in single.stderr
-    assert (run / "rl" / "checkpoints" / "step_000002").is_dir()  # refused before anything was redone
+    single = launch("--set", "sft.actor.backend=single")
+    assert single.returncode != 0 and "sft.actor.backend: single trains in one process" in single.stderr
+    assert (run / "rl" / "checkpoints" / "step_000003").is_dir()  # refused before anything was redone

@@ -97,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="a run folder (runs/demo) or its rl/ folder")
     p.add_argument("--out", help="default: RUN_DIR/plots")
 
+    p = sub.add_parser("plan", help="estimated memory per GPU of the recipe's SFT and RL, part by part")
+    _recipe_args(p)
+    p.add_argument("--gpus", type=int, default=1, help="GPUs (ranks) the phases are sharded over")
+    p.add_argument("--gpu-memory", type=float, default=80.0, help="GiB of one GPU (default 80)")
+    p.add_argument("--context", type=int, default=2048, help="tokens of one prompt + response (sampler KV cache)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+
     p = sub.add_parser("serve", help="serve a local model over the OpenAI chat-completions protocol")
     p.add_argument("model", help="HF folder")
     p.add_argument("--host", default="127.0.0.1")
@@ -193,11 +200,29 @@ def _dispatch(args, config) -> int:
             env.close()
         print(json.dumps({"env": config.env.type, "tasks": counts}))
     elif args.command == "sft":
-        from agentrl.config import SFTConfig
-        config = config if config.sft else config.model_copy(update={"sft": SFTConfig()})
-        print(pipeline.sft(config, _model(args, config), args.data, args.out))
+        from agentrl.config import SFTConfig, SingleActorConfig
+        from agentrl import distributed
+        from agentrl.actor import check_launch
+        if config.sft is None:
+            config = config.model_copy(update={"sft": SFTConfig(actor=config.rl.actor if config.rl else SingleActorConfig())})
+        check_launch(config.sft.actor, "sft.actor", int(os.environ.get("WORLD_SIZE", "1")))
+        model = _model(args, config)
+        distributed.init_from_env()  # under torchrun / accelerate launch: one rank per process
+        out = pipeline.sft(config, model, args.data, args.out)
+        if distributed.is_main():
+            print(out)
+        distributed.shutdown()
     elif args.command == "train":
         return _train(args, config)
+    elif args.command == "plan":
+        from agentrl.plan import architecture, memory_plan, print_plan
+        if args.gpus < 1 or args.gpu_memory <= 0:
+            raise ConfigError("plan: --gpus must be at least 1 and --gpu-memory positive")
+        plan = memory_plan(config, args.gpus, args.gpu_memory, context=args.context)
+        if args.json:
+            print(json.dumps(plan, indent=2))
+        else:
+            print_plan(plan, args.gpus, args.gpu_memory, architecture(config).params)
     elif args.command == "eval":
         checkpoint = Path(args.checkpoint)
         if (checkpoint / "model" / "config.json").is_file():  # a checkpoint folder: its HF model

@@ -619,6 +619,14 @@ class SFTConfig(Section):
     """Token budget of one forward/backward (does not change the update)."""
     optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-5))
     """Optimiser of the SFT phase (default lr 1e-5)."""
+    actor: Annotated[Section, ACTORS.field("single")] | None = None
+    """The actor backend, by `backend` (single, fsdp2, zero2, zero3; LoRA with any), as in RL.
+    None: RL's (`rl.actor`), or single without an RL phase. With LoRA the SFT output is the
+    merged model."""
+    save_every: int = Field(0, ge=0)
+    """Checkpoint every N optimiser steps (0: at the end of each epoch). A stopped SFT resumes
+    from its last checkpoint when rerun with the same settings; the checkpoints are removed once
+    the model is written."""
 
 
 class EvalConfig(Section):
@@ -670,6 +678,12 @@ class Config(Section):
         if "wandb" in tracking and importlib.util.find_spec("wandb") is None:
             raise ValueError("wandb is not installed: pip install wandb")
         return tracking
+
+    @model_validator(mode="after")
+    def _sft_actor_defaults_to_rl(self):
+        if self.sft is not None and self.sft.actor is None:
+            self.sft.actor = self.rl.actor.model_copy(deep=True) if self.rl is not None else SingleActorConfig()
+        return self
 
     @model_validator(mode="after")
     def _init_model_follows_run_dir(self):

@@ -193,9 +193,10 @@ def is_lora(model) -> bool:
     return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
 
 
-def export_model(checkpoint: str | Path, out: str | Path, base: str | None = None) -> Path:
+def export_model(checkpoint: str | Path, out: str | Path, base: str | None = None, dtype: torch.dtype | None = None
+                 ) -> Path:
     """Write a checkpoint's model as a plain HF folder that AutoModelForCausalLM and vLLM load:
-    a LoRA adapter folder is merged into its base model."""
+    a LoRA adapter folder is merged into its base model (loaded in `dtype`, default float32)."""
     folder = Path(checkpoint)
     if (folder / "model").is_dir():
         folder = folder / "model"
@@ -205,7 +206,8 @@ def export_model(checkpoint: str | Path, out: str | Path, base: str | None = Non
         base = base or json.loads(adapter.read_text())["base_model_name_or_path"]
         if not base:
             raise ValueError(f"{adapter} names no base model: pass --base")
-        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), folder).merge_and_unload()
+        base_model = AutoModelForCausalLM.from_pretrained(resolve_model(base), dtype=dtype or torch.float32)
+        model = PeftModel.from_pretrained(base_model, folder).merge_and_unload()
     elif (folder / "config.json").is_file():
         model = AutoModelForCausalLM.from_pretrained(folder)
     else:

@@ -23,7 +23,8 @@ from rich.console import Console
 from rich.table import Table
 
 from agentrl import distributed
-from agentrl.checkpoint import latest_checkpoint
+from agentrl.actor import check_launch
+from agentrl.checkpoint import latest_checkpoint, read_state
 from agentrl.components import timed
 from agentrl.config import Config, ConfigError, prompt_differences, save_config, save_prompt
 from agentrl.data import collect_expert_data, collect_judgment_data, read_chat_dataset
@@ -86,23 +87,53 @@ def expert_data(config: Config, out: str | Path, episodes: int, judgments: int =
     return stats
 
 
-def sft(config: Config, model_path: str, data: str | Path, out: str | Path, log_dir: str | Path | None = None) -> Path:
-    """SFT of `model_path` on `data` into the HF folder `out` (logs: `log_dir`, default out/logs)."""
+def sft(config: Config, model_path: str, data: str | Path, out: str | Path, log_dir: str | Path | None = None,
+        settings: dict | None = None) -> Path:
+    """SFT of `model_path` on `data` into the HF folder `out` (logs: `log_dir`, default out/logs),
+    on every rank of a launch when `sft.actor` is sharded. The work happens in `out`.tmp, with its
+    checkpoints: a stopped SFT rerun with the same `settings` (default: the model's and data's
+    fingerprints and the sft section) continues from its last checkpoint, otherwise it starts over."""
     out = Path(out)
     read_chat_dataset(data)  # a missing or malformed dataset fails before the model loads
     tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    log_dir = tmp / "logs" if log_dir is None else Path(log_dir)
-    shutil.rmtree(log_dir, ignore_errors=True)
-    tracker = Tracker(log_dir, config=config, name="sft")
+    if settings is None:
+        settings = {"model.path": model_path, "model.fingerprint": folder_fingerprint(model_path),
+                    "model.dtype": config.model.dtype, "sft.data": str(data),
+                    "sft.data.fingerprint": _file_fingerprint(Path(data)), **config_settings(config, "seed", "sft")}
+    resume = distributed.on_main(lambda: _sft_resume_point(tmp, settings))
+    tracker = None
+    if distributed.is_main():
+        log_dir = tmp / "logs" if log_dir is None else Path(log_dir)
+        if resume is None:
+            shutil.rmtree(log_dir, ignore_errors=True)
+        tracker = Tracker(log_dir, resume_step=resume[1] if resume else 0, config=config, name="sft")
     try:
-        train_sft(load_model(model_path, config.model.dtype), load_tokenizer(model_path), data,
-                  config.sft, config.seed, tmp, tracker)
-        save_prompt(config.prompt, tmp)
+        train_sft(load_model(model_path, config.model.dtype), load_tokenizer(model_path), data, config.sft,
+                  config.seed, tmp, tracker, resume=Path(resume[0]) if resume else None,
+                  settings=settings, base=model_path)
+        if distributed.is_main():
+            save_prompt(config.prompt, tmp)
     finally:
-        tracker.close()
-    _replace(tmp, out)
+        if tracker is not None:
+            tracker.close()
+    if distributed.is_main():
+        _replace(tmp, out)
+    distributed.barrier()
     return out
+
+
+def _sft_resume_point(tmp: Path, settings: dict) -> tuple[str, int] | None:
+    """(checkpoint, step) of a stopped SFT in `tmp` made with `settings`; otherwise None, and
+    `tmp` emptied (a leftover of other settings is never continued)."""
+    ckpt = latest_checkpoint(tmp)
+    if ckpt is not None:
+        state = read_state(ckpt)
+        if json.dumps(state.get("settings"), sort_keys=True) == json.dumps(settings, sort_keys=True):
+            console.print(f"[bold]sft[/] continuing from {ckpt.name}")
+            return str(ckpt), state["step"]
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return None
 
 
 def train_rl(config: Config, model_path: str, run_dir: Path, resume: bool, baseline: dict | None = None) -> dict:
@@ -134,12 +165,21 @@ def rl_settings(config: Config) -> dict:
 # --- the pipeline ---------------------------------------------------------------------------------
 def run_pipeline(config: Config, restart: bool = False) -> dict:
     """The recipe's phases; the summary (an empty dict on ranks other than 0). Under torchrun /
-    accelerate launch the phases before RL run on rank 0 while the other ranks wait (up to
-    PIPELINE_WAIT), RL runs on every rank (sharded as rl.actor says), and rank 0 writes the rest."""
+    accelerate launch, SFT and RL run on every rank (sharded as `sft.actor` and `rl.actor` say);
+    the other phases (init, evaluations, expert data) run on rank 0 while the other ranks wait (up
+    to PIPELINE_WAIT); rank 0 writes the summary."""
     distributed.init_from_env(timeout=PIPELINE_WAIT)
+    world = distributed.world()
     if config.rl is not None and config.rl.steps > 0:
-        check_ranks(config.rl, distributed.world())  # before any phase: nothing is redone in vain
-    plan = distributed.on_main(lambda: _until_rl(config, restart))
+        check_ranks(config.rl, world)  # before any phase: nothing is redone in vain
+    if config.sft is not None:
+        check_launch(config.sft.actor, "sft.actor", world)
+    plan = distributed.on_main(lambda: _until_sft(config, restart))
+    if plan["train_sft"]:
+        with timed(plan["seconds"], "sft"):
+            sft(config, plan["model_path"], plan["sft_data"], plan["sft_out"], Path(plan["sft_out"]).parent / "logs",
+                plan["sft_settings"])
+    plan = distributed.on_main(lambda: _until_rl(config, plan))
     results, seconds = plan["results"], plan["seconds"]
     if plan["train_rl"]:
         with timed(seconds, "rl"):  # with its evaluations
@@ -164,9 +204,10 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
     return summary
 
 
-def _until_rl(config: Config, restart: bool) -> dict:
-    """The phases before RL (rank 0) and what RL is to do: {results, seconds, model_path (RL's
-    starting model), train_rl (False: no RL, or its results are reusable), eval_settings}."""
+def _until_sft(config: Config, restart: bool) -> dict:
+    """The phases before SFT (rank 0) and what SFT is to do. The plan: {results, seconds,
+    model_path (the next phase's starting model), upstream (the settings it depends on),
+    train_sft (False: no SFT, or its model is reusable), sft_data, sft_out, sft_settings}."""
     run_dir = Path(config.run_dir)
     if config.model.path is None:
         raise ConfigError("model.path: the pipeline needs a model (a local folder or hub id) or an `init` section")
@@ -180,7 +221,7 @@ def _until_rl(config: Config, restart: bool) -> dict:
                      *([Path(config.model.path)] if config.init is not None else [])]:
             shutil.rmtree(path, ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
-    phases = Phases(run_dir, say=lambda line: console.print(f"[bold]phase[/] {line}"))
+    phases = _phases(run_dir)
     torch.manual_seed(config.seed)
 
     model_path, plugins = config.model.path, plugin_fingerprints(config)
@@ -193,34 +234,47 @@ def _until_rl(config: Config, restart: bool) -> dict:
             phases.complete("init", settings)
     upstream = {"model.path": model_path, "model.fingerprint": folder_fingerprint(model_path),
                 "model.dtype": config.model.dtype, **plugins}
-
     results = {"initial": _eval_phase(config, phases, "initial", model_path, upstream, seconds)}
+    plan = {"results": results, "seconds": seconds, "model_path": model_path, "upstream": upstream,
+            "train_sft": False}
+    if config.sft is None:
+        return plan
 
+    sft_dir = run_dir / "sft"
+    if config.sft.data is not None:
+        data = Path(config.sft.data)
+        data_settings = {"sft.data": str(data), "sft.data.fingerprint": _file_fingerprint(data)}
+    else:
+        data = sft_dir / "data.jsonl"
+        data_settings = {**config_settings(config, "seed", "env", "prompt", "sft.episodes", "sft.judgments"),
+                         **plugins}
+        if not phases.reusable("expert data", data_settings, data.exists()):
+            data.parent.mkdir(parents=True, exist_ok=True)
+            with timed(seconds, "expert data"):
+                stats = expert_data(config, data, config.sft.episodes, config.sft.judgments)
+            console.print(f"[bold]expert data[/] {stats} -> {data}", soft_wrap=True)
+            phases.complete("expert data", data_settings)
+    settings = {**upstream, **data_settings, **config_settings(config, "seed", "sft")}
+    plan.update(sft_data=str(data), sft_out=str(sft_dir / "model"), sft_settings=settings,
+                train_sft=not phases.reusable("sft", settings, (sft_dir / "model" / "config.json").exists()))
+    return plan
+
+
+def _until_rl(config: Config, plan: dict) -> dict:
+    """SFT's evaluation and the plan of RL (rank 0), after `_until_sft`'s `plan`: adds train_rl
+    (False: no RL, or its results are reusable) and eval_settings; model_path is RL's start."""
+    run_dir = Path(config.run_dir)
+    phases = _phases(run_dir)
+    results, seconds, upstream = plan["results"], plan["seconds"], plan["upstream"]
     if config.sft is not None:
-        sft_dir = run_dir / "sft"
-        if config.sft.data is not None:
-            data = Path(config.sft.data)
-            data_settings = {"sft.data": str(data), "sft.data.fingerprint": _file_fingerprint(data)}
-        else:
-            data = sft_dir / "data.jsonl"
-            data_settings = {**config_settings(config, "seed", "env", "prompt", "sft.episodes", "sft.judgments"),
-                             **plugins}
-            if not phases.reusable("expert data", data_settings, data.exists()):
-                data.parent.mkdir(parents=True, exist_ok=True)
-                with timed(seconds, "expert data"):
-                    stats = expert_data(config, data, config.sft.episodes, config.sft.judgments)
-                console.print(f"[bold]expert data[/] {stats} -> {data}", soft_wrap=True)
-                phases.complete("expert data", data_settings)
-        settings = {**upstream, **data_settings, **config_settings(config, "seed", "sft")}
-        model_path = str(sft_dir / "model")
-        if not phases.reusable("sft", settings, (sft_dir / "model" / "config.json").exists()):
-            with timed(seconds, "sft"):
-                sft(config, upstream["model.path"], data, sft_dir / "model", sft_dir / "logs")
-            phases.complete("sft", settings)
-        upstream = {**settings, "sft.fingerprint": folder_fingerprint(model_path)}
+        if plan["train_sft"]:
+            phases.complete("sft", plan["sft_settings"])
+        model_path = plan["sft_out"]
+        upstream = {**plan["sft_settings"], "sft.fingerprint": folder_fingerprint(model_path)}
         results["sft"] = _eval_phase(config, phases, "sft", model_path, upstream, seconds)
+        plan["model_path"] = model_path
 
-    plan = {"results": results, "seconds": seconds, "model_path": model_path, "train_rl": False, "eval_settings": None}
+    plan.update(train_rl=False, eval_settings=None)
     if config.rl is not None and config.rl.steps > 0:
         rl_dir = run_dir / "rl"
         settings = {**upstream, **rl_settings(config)}
@@ -239,6 +293,10 @@ def _until_rl(config: Config, restart: bool) -> dict:
                 console.print(f"[bold]rl[/] continuing from {ckpt.name} to step {config.rl.steps}")
             plan["train_rl"] = True
     return plan
+
+
+def _phases(run_dir: Path) -> Phases:
+    return Phases(run_dir, say=lambda line: console.print(f"[bold]phase[/] {line}"))
 
 
 def _phase_log(config: Config, now: dict[str, float], results: dict[str, dict]) -> dict[str, float]:

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import random
+import shutil
 from pathlib import Path
 
+import torch
+
+from agentrl import distributed
 from agentrl.actor.batch import TrainSample, micro_batches
-from agentrl.actor.single import SingleActor
-from agentrl.config import ConfigError
+from agentrl.checkpoint import checkpoint_dir, latest_checkpoint, read_state, save_checkpoint
+from agentrl.config import ConfigError, SingleActorConfig
 from agentrl.data import read_chat_dataset
+from agentrl.models import add_lora, export_model
+from agentrl.registry import ACTORS
 from agentrl.progress import plain_output, progress, set_stage
 
 
@@ -43,36 +49,64 @@ def sft_loss(actor, total_weight: float):
     return loss_fn
 
 
-def train_sft(model, tokenizer, data_path: str | Path, sft_cfg, seed: int, out_dir: Path,
-              tracker=None) -> Path:
+def train_sft(model, tokenizer, data_path: str | Path, sft_cfg, seed: int, out_dir: Path, tracker=None,
+              resume: Path | None = None, settings: dict | None = None, base: str | None = None) -> Path:
+    """SFT of `model` on a chat dataset with the actor backend `sft_cfg.actor` (sharded ones on
+    every rank of a launch: each rank trains its share of every global batch, the loss divided by
+    the whole batch's weight). Checkpoints go to out_dir/checkpoints (every `sft_cfg.save_every`
+    steps, or at each epoch's end) with `settings` in their state; `resume`: a checkpoint to
+    continue from. Ends with the model as a plain HF folder in `out_dir` (LoRA: merged into
+    `base`, by default the adapters' own base) and the checkpoints removed."""
     samples = [encode_conversation(tokenizer, c, sft_cfg.prompt_loss_weight) for c in read_chat_dataset(data_path)]
     if not samples:
         raise ConfigError(f"{data_path} holds no examples")
-    actor = SingleActor(model, sft_cfg.optim)
-    rng = random.Random(seed)
+    actor_cfg = sft_cfg.actor or SingleActorConfig()
+    if actor_cfg.lora is not None:
+        torch.manual_seed(seed)  # the adapters' initialisation
+        model = add_lora(model, actor_cfg.lora)
+    actor = ACTORS.get(actor_cfg.backend)(actor_cfg, model, sft_cfg.optim, [])
+    rank, world = distributed.rank(), distributed.world()
+    start = 0
+    if resume is not None:
+        actor.load(resume)
+        start = read_state(resume)["step"]
     steps_per_epoch = -(-len(samples) // sft_cfg.batch_size)
+    total = sft_cfg.epochs * steps_per_epoch
+    save_every = sft_cfg.save_every or steps_per_epoch
+    rng = random.Random(seed)
     step = 0
-    with progress() as bar:
-        task = bar.add_task("SFT", total=sft_cfg.epochs * steps_per_epoch)
+    with progress(disable=not distributed.is_main()) as bar:
+        task = bar.add_task("SFT", total=total, completed=start)
         for epoch in range(sft_cfg.epochs):
             order = samples[:]
-            rng.shuffle(order)
+            rng.shuffle(order)  # every epoch's order drawn, also those a resume skips
             for i in range(0, len(order), sft_cfg.batch_size):
-                chunk = order[i:i + sft_cfg.batch_size]
-                set_stage(f"SFT step {step + 1}")
-                total_weight = sum(sum(s.weight) for s in chunk)
-                batches = micro_batches(chunk, sft_cfg.micro_batch_tokens, tokenizer.pad_token_id)
-                metrics = actor.optimizer_step([(batches, sft_loss(actor, total_weight))])
                 step += 1
+                if step <= start:
+                    continue
+                chunk = order[i:i + sft_cfg.batch_size]
+                set_stage(f"SFT step {step}")
+                total_weight = sum(sum(s.weight) for s in chunk)
+                batches = micro_batches(chunk[rank::world], sft_cfg.micro_batch_tokens, tokenizer.pad_token_id)
+                metrics = actor.optimizer_step([(batches, sft_loss(actor, total_weight))])
                 loss = metrics.pop("nll_sum") / metrics.pop("response_tokens")
                 if tracker is not None:
                     tracker.log(step, {"sft/loss": loss, "sft/epoch": epoch,
                                        **{f"sft/{k}": v for k, v in metrics.items()}})
                 bar.update(task, advance=1, description=f"SFT epoch {epoch + 1} loss {loss:.3f}")
-                total = sft_cfg.epochs * steps_per_epoch
-                if plain_output() and (step % max(1, total // 20) == 0 or step == total):
+                if plain_output() and distributed.is_main() and (step % max(1, total // 20) == 0 or step == total):
                     print(f"SFT step {step}/{total}  epoch {epoch + 1}  loss {loss:.3f}", flush=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+                if step % save_every == 0 or step == total:
+                    save_checkpoint(out_dir, step, actor, tokenizer, {"epoch": epoch, "settings": settings},
+                                    keep_last=1)
+    final = latest_checkpoint(out_dir)
+    if distributed.is_main():
+        adapter = final / "model" / "adapter_config.json"
+        if adapter.is_file():
+            export_model(final, out_dir, base, dtype=next(model.parameters()).dtype)
+        else:
+            for item in (final / "model").iterdir():
+                shutil.copy2(item, out_dir / item.name)
+        shutil.rmtree(checkpoint_dir(out_dir))
+    distributed.barrier()
     return out_dir

@@ -10,7 +10,6 @@ sampling randomness from (seed, step), so a resumed run continues exactly like a
 
 from __future__ import annotations
 
-import os
 import random
 import statistics
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import torch
 
 from agentrl import distributed
+from agentrl.actor import check_launch
 from agentrl.actor.base import Actor
 from agentrl.actor.batch import TrainSample, micro_batches, per_sample
 from agentrl.advantages import compute_advantages
@@ -40,18 +40,8 @@ from agentrl.tracking import Tracker
 
 
 def check_ranks(rl, world: int) -> None:
-    """ConfigError unless the RL settings work on `world` ranks (a sharded backend needs a launcher,
-    also for one rank; the one-process actor needs exactly one)."""
-    if rl.actor.backend != "single" and "WORLD_SIZE" not in os.environ and not torch.distributed.is_initialized():
-        hint = ("; `accelerate launch --cpu` starts one process whatever --num_processes says: on CPU use "
-                "--config_file recipes/accelerate/cpu.yaml (or --multi_gpu --num_processes N: gloo ranks)"
-                if os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true" else "")
-        raise ConfigError(f"rl.actor.backend: {rl.actor.backend} shards over ranks: launch with `torchrun "
-                          f"--nproc_per_node N --no-python agentrl ...` or `accelerate launch --config_file "
-                          f"recipes/accelerate/<cpu|gpu1|node8|nodes2>.yaml --no_python agentrl ...`{hint}")
-    if world > 1 and rl.actor.backend == "single":
-        raise ConfigError(f"rl.actor.backend: single trains in one process; with {world} ranks each would "
-                          f"train a model of its own: use fsdp2, zero2 or zero3")
+    """ConfigError unless the RL settings work on `world` ranks."""
+    check_launch(rl.actor, "rl.actor", world)
     if rl.tasks_per_step % world:
         raise ConfigError(f"rl.tasks_per_step ({rl.tasks_per_step}) must be a multiple of the number of ranks "
                           f"({world}): a task group never spans ranks")

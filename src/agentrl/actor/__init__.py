@@ -5,7 +5,11 @@ head of an auxiliary loss)."""
 
 from __future__ import annotations
 
-from agentrl.config import FSDP2ActorConfig, SingleActorConfig, ZeRO2ActorConfig, ZeRO3ActorConfig
+import os
+
+import torch
+
+from agentrl.config import ConfigError, FSDP2ActorConfig, SingleActorConfig, ZeRO2ActorConfig, ZeRO3ActorConfig
 from agentrl.registry import ACTORS
 
 
@@ -36,3 +40,19 @@ def zero(config, model, optim, extra_parameters):
     _sharded_only(config, extra_parameters)
     return DeepSpeedActor(model, optim, int(config.backend[-1]), config.mixed_precision, config.cpu_offload,
                           config.activation_checkpointing)
+
+
+def check_launch(actor, field: str, world: int) -> None:
+    """ConfigError unless the actor section `actor` (at `field` of the recipe) works on `world`
+    ranks: a sharded backend needs a launcher, also for one rank; the one-process actor trains
+    one model per rank, so it needs exactly one."""
+    if actor.backend != "single" and "WORLD_SIZE" not in os.environ and not torch.distributed.is_initialized():
+        hint = ("; `accelerate launch --cpu` starts one process whatever --num_processes says: on CPU use "
+                "--config_file recipes/accelerate/cpu.yaml (or --multi_gpu --num_processes N: gloo ranks)"
+                if os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true" else "")
+        raise ConfigError(f"{field}.backend: {actor.backend} shards over ranks: launch with `torchrun "
+                          f"--nproc_per_node N --no-python agentrl ...` or `accelerate launch --config_file "
+                          f"recipes/accelerate/<cpu|gpu1|node8|nodes2>.yaml --no_python agentrl ...`{hint}")
+    if world > 1 and actor.backend == "single":
+        raise ConfigError(f"{field}.backend: single trains in one process; with {world} ranks each would "
+                          f"train a model of its own: use fsdp2, zero2 or zero3")

@@ -103,6 +103,9 @@ class FSDPActor:
             model.gradient_checkpointing_enable()
         options = {}
         if mixed_precision and torch.cuda.is_available():
+            # fp32 master weights (and so fp32 gradients and AdamW moments), bf16 compute: a
+            # model loaded in bf16 would otherwise update in bf16, where lr 1e-6 steps round away.
+            model.float()
             options["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         if cpu_offload:
             options["offload_policy"] = CPUOffloadPolicy()

@@ -49,11 +49,15 @@ def make_optimizer(parameters, optim):
 class SingleActor:
     def __init__(self, model, optim, extra_parameters=()):
         """`extra_parameters` (e.g. a classifier head of an auxiliary loss) are optimised with
-        the model's; their state is in the optimizer's, their weights are saved by their owner."""
+        the model's; their state is in the optimizer's, their weights are saved by their owner.
+        Weights in a low-precision dtype (bf16) are updated through fp32 master copies: AdamW
+        steps of lr 1e-6 applied to bf16 weights would round away. The model keeps computing
+        (and the sampler sharing it generating) in its own dtype."""
         self.model = model
         self.grad_clip = optim.grad_clip
         self.parameters = [*(p for p in model.parameters() if p.requires_grad), *extra_parameters]
-        self.optimizer, self.scheduler = make_optimizer(self.parameters, optim)
+        self.master = [p if p.dtype == torch.float32 else p.detach().float().requires_grad_() for p in self.parameters]
+        self.optimizer, self.scheduler = make_optimizer(self.master, optim)
 
     def token_logprobs(self, batch, temperature=1.0, entropy=False):
         return response_logprobs(self.model, batch, temperature, entropy)
@@ -68,25 +72,39 @@ class SingleActor:
     def optimizer_step(self, parts) -> dict[str, float]:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
+        for p in self.parameters:
+            p.grad = None
         work = [(batch, loss_fn, 1.0) for batches, loss_fn in parts for batch in batches]
         totals = backward_all(work, model_device(self.model), lambda loss, last: loss.backward())
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.grad_clip)
+        for p, master in zip(self.parameters, self.master):
+            if master is not p:  # one fp32 gradient at a time, the bf16 one freed
+                master.grad, p.grad = (None if p.grad is None else p.grad.float()), None
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.master, self.grad_clip)
         totals["lr"] = self.scheduler.get_last_lr()[0]
         finite = bool(torch.isfinite(grad_norm))  # a non-finite loss gives a non-finite norm too
         if finite:
             self.optimizer.step()
             self.scheduler.step()
+            self._copy_master()
         return {**totals, "grad_norm": float(grad_norm), "skipped_updates": float(not finite)}
+
+    @torch.no_grad()
+    def _copy_master(self) -> None:
+        for p, master in zip(self.parameters, self.master):
+            if master is not p:
+                p.copy_(master)
 
     def weights(self):
         return self.model.named_parameters()
 
     def save(self, path: Path) -> None:
         """model/ is a plain HF folder, or with LoRA a peft adapter folder (`agentrl export`
-        merges it into its base)."""
+        merges it into its base); optimizer.pt holds the optimiser, the scheduler and the fp32
+        master weights of low-precision parameters."""
         self.model.save_pretrained(path / "model")
-        torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
-                   path / "optimizer.pt")
+        master = [m for p, m in zip(self.parameters, self.master) if m is not p]
+        torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                    "master": master}, path / "optimizer.pt")
 
     def load(self, path: Path) -> None:
         if is_lora(self.model):
@@ -104,3 +122,8 @@ class SingleActor:
         saved = torch.load(path / "optimizer.pt", weights_only=True)
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
+        low = [(p, m) for p, m in zip(self.parameters, self.master) if m is not p]
+        masters = saved.get("master") or [p.float() for p, _ in low]  # a checkpoint without: from its weights
+        with torch.no_grad():
+            for (_, master), value in zip(low, masters):
+                master.copy_(value)

@@ -1,0 +1,68 @@
+"""`agentrl plan`: its arithmetic on the papers' recipes, and its estimates against the peak
+memory of real SFT steps on CPU (single process and 2 gloo ranks)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentrl.config import load_config
+from agentrl.plan import GIB, architecture, memory_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+AGENTRL = str(Path(sys.executable).parent / "agentrl")
+
+
+def test_the_7b_recipe_fits_8_gpus_with_fsdp2_and_not_one_with_single():
+    config = load_config(ROOT / "recipes" / "alfworld-qwen2.5-7b.yaml")
+    assert architecture(config).params == pytest.approx(7.62e9, rel=0.01)  # Qwen2.5-7B's published size
+    eight = memory_plan(config, 8, 80)
+    assert eight["sft"]["backend"] == eight["rl"]["backend"] == "fsdp2"
+    assert eight["sft"]["fits"] and eight["rl"]["fits"]
+    # 16 bytes a parameter (fp32 master weights, gradients, moments) over 8 ranks, plus bf16 copies
+    # of the root (embeddings, head) and of two decoder layers gathered for computing
+    arch = architecture(config)
+    state = sum(eight["sft"]["parts_gib"][k] for k in ("weights", "gradients", "optimizer"))
+    assert state * GIB == pytest.approx(16 * arch.params / 8 + 2 * (2 * arch.layer_params + arch.root_params))
+    one = memory_plan(load_config(ROOT / "recipes" / "alfworld-qwen2.5-7b.yaml",
+                                  ["rl.actor.backend=single", "sft.actor.backend=single"]), 1, 80)
+    assert not one["sft"]["fits"] and not one["rl"]["fits"]
+    assert one["sft"]["parts_gib"]["optimizer"] == pytest.approx(8 * 7.62e9 / GIB, rel=0.01)  # fp32 moments
+
+
+def test_plan_command_prints_a_table_and_refuses_an_unknown_model(tmp_path):
+    done = subprocess.run([AGENTRL, "plan", str(ROOT / "recipes" / "alfworld-qwen2.5-7b.yaml"), "--gpus", "8"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "sft (fsdp2)" in done.stdout and "fits" in done.stdout and "7.62B parameters" in done.stdout
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model: {path: someone/unknown-model}\nsft: {}\n")
+    done = subprocess.run([AGENTRL, "plan", str(recipe)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "model.path: someone/unknown-model" in done.stderr
+
+
+@pytest.mark.parametrize("backend,ranks,checkpointing", [("single", 1, False), ("single", 1, True),
+                                                          ("fsdp2", 2, False)],
+                         ids=["single", "single-checkpointing", "fsdp2-2-ranks"])
+def test_estimates_are_within_25_percent_of_measured_peaks(tmp_path, backend, ranks, checkpointing):
+    """Peak resident memory of SFT steps of a 35M-parameter model (fp32, 4096-token micro-batch)
+    above the process's memory before the model was built, per rank."""
+    script = [str(ROOT / "benchmarks" / "memory_plan.py"), "--backend", backend, "--micro-batch-tokens", "4096",
+              "--json", str(tmp_path / "rows.json"), *(["--activation-checkpointing"] if checkpointing else [])]
+    if ranks > 1:
+        from test_distributed import free_port
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_port",
+                   str(free_port()), *script]
+    else:
+        command = [sys.executable, *script]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert len(rows) == ranks
+    for row in rows:
+        assert 0.8 <= row["ratio"] <= 1.25, row
