@@ -11,7 +11,7 @@ VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
 .PHONY: help demo test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
-	pipeline sft rl eval
+	pipeline sft rl eval plan
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 22
@@ -27,8 +27,9 @@ demo: $(STAMP)  ## the demo pipeline (recipes/demo.yaml)
 	$(VENV)/bin/agentrl run recipes/demo.yaml
 
 # The phases of any recipe: RECIPE=..., SET="key=value key2=value2" (overrides; no spaces inside
-# a value), NPROC=N (RL on N ranks through torchrun), MODEL=... (RL's starting model; default the
-# recipe's model.path), CHECKPOINT=... and OUT=... (evaluation).
+# a value), NPROC=N (SFT and RL on N ranks through torchrun), MODEL=... (RL's starting model;
+# default the recipe's model.path), CHECKPOINT=... and OUT=... (evaluation), GPUS=N and
+# GPU_MEMORY=GiB (the memory plan).
 RECIPE ?= recipes/demo.yaml
 NPROC ?= 1
 SET ?=
@@ -36,14 +37,17 @@ OVERRIDES = $(foreach item,$(SET),--set $(item))
 LAUNCH = $(if $(filter 1,$(NPROC)),$(VENV)/bin/agentrl,$(VENV)/bin/torchrun --standalone --nproc_per_node $(NPROC) \
 	--no-python $(VENV)/bin/agentrl)
 
-pipeline: $(STAMP)  ## RECIPE's pipeline: [init] -> eval -> SFT -> eval -> RL -> eval (RL on NPROC ranks)
+pipeline: $(STAMP)  ## RECIPE's pipeline: [init] -> eval -> SFT -> eval -> RL -> eval (SFT, RL on NPROC ranks)
 	$(LAUNCH) run $(RECIPE) $(OVERRIDES)
 
-sft: $(STAMP)  ## RECIPE's pipeline up to SFT and its evaluation (RL's model: <run_dir>/sft/model)
-	$(VENV)/bin/agentrl run $(RECIPE) $(OVERRIDES) --set rl.steps=0
+sft: $(STAMP)  ## RECIPE's pipeline up to SFT (on NPROC ranks) and its evaluation (RL's model: <run_dir>/sft/model)
+	$(LAUNCH) run $(RECIPE) $(OVERRIDES) --set rl.steps=0
 
 rl: $(STAMP)  ## RL of RECIPE from MODEL on NPROC ranks into <run_dir>/rl (continues a stopped run)
 	$(LAUNCH) train $(RECIPE) $(OVERRIDES) $(if $(MODEL),--model $(MODEL)) --resume
+
+plan: $(STAMP)  ## memory per GPU of RECIPE's SFT and RL on GPUS GPUs of GPU_MEMORY GiB
+	$(VENV)/bin/agentrl plan $(RECIPE) $(OVERRIDES) --gpus $(or $(GPUS),1) --gpu-memory $(or $(GPU_MEMORY),80)
 
 eval: $(STAMP)  ## evaluate CHECKPOINT (a model or checkpoint folder) on RECIPE's splits into OUT
 	@test -n "$(CHECKPOINT)" || { echo "make eval: give CHECKPOINT=<model or checkpoint folder>" >&2; exit 2; }
