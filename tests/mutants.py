@@ -175,13 +175,25 @@ MUTANTS = [
            "if total and aborted / total > rl.max_aborted_share:", "if False:", FAILURES),
     Mutant("actor: a non-finite update applied", "src/agentrl/actor/single.py",
            "        if finite:\n", "        if True:\n", FAILURES),
+    Mutant("actor: bf16 weights updated in bf16 (no fp32 master copies)", "src/agentrl/actor/single.py",
+           "self.master = [p if p.dtype == torch.float32 else p.detach().float().requires_grad_() for p in self.parameters]",
+           "self.master = list(self.parameters)", ["test_actor.py"]),
+    # --- sharded SFT -------------------------------------------------------------------------------
+    Mutant("sft: every rank trains the whole batch", "src/agentrl/sft.py",
+           "micro_batches(chunk[rank::world],", "micro_batches(chunk,", ["test_distributed.py"]),
+    Mutant("sft: loss divided by the rank's own weight", "src/agentrl/sft.py",
+           "total_weight = sum(sum(s.weight) for s in chunk)",
+           "total_weight = sum(sum(s.weight) for s in chunk[rank::world])", ["test_distributed.py"]),
+    Mutant("sft: a resumed run retrains the steps before its checkpoint", "src/agentrl/sft.py",
+           "if step <= start:\n                    continue", "if False:\n                    continue",
+           ["test_distributed.py"]),
     Mutant("parser: nested action tags keep the outer opening", "src/agentrl/prompting.py",
            'start = lower.rfind("<action>", first, end)', "start = first", ["test_prompting.py"]),
     # --- provenance --------------------------------------------------------------------------------
     Mutant("provenance: plugin source not hashed", "src/agentrl/provenance.py",
            "digest.update(file.read_bytes())", 'digest.update(b"")', ["test_plugins.py"]),
     Mutant("provenance: RL reused after an SFT change", "src/agentrl/pipeline.py",
-           'upstream = {**settings, "sft.fingerprint": folder_fingerprint(model_path)}',
+           'upstream = {**plan["sft_settings"], "sft.fingerprint": folder_fingerprint(model_path)}',
            'upstream = {"sft.fingerprint": None}', ["test_plugins.py"]),
 ]
 

@@ -273,9 +273,12 @@ def test_sharded_sft_matches_one_process_and_resumes_exactly_after_a_kill(tiny_m
     assert max(float((two[k] - initial[k]).abs().max()) for k in set(two) - tied) > 2e-4  # it trained
     for name in set(one) & set(two):
         assert torch.allclose(one[name], two[name], atol=5e-5, rtol=0), name
-    losses = [r["sft/loss"] for r in read_metrics(tmp_path / "two" / "model" / "logs" / "metrics.jsonl")]
-    assert losses == pytest.approx([r["sft/loss"] for r in read_metrics(tmp_path / "one" / "model" / "logs" /
-                                                                          "metrics.jsonl")], rel=1e-4)
+    logged = {name: read_metrics(tmp_path / name / "model" / "logs" / "metrics.jsonl") for name in ("one", "two")}
+    losses = [r["sft/loss"] for r in logged["two"]]
+    assert losses == pytest.approx([r["sft/loss"] for r in logged["one"]], rel=1e-4)
+    # AdamW's step barely depends on the gradient's scale: the norm shows a wrong one
+    assert [r["sft/grad_norm"] for r in logged["two"]] == pytest.approx([r["sft/grad_norm"] for r in logged["one"]],
+                                                                        rel=1e-4)
     assert not (tmp_path / "two" / "model" / "checkpoints").exists() and not (tmp_path / "two" / "model.tmp").exists()
     if backend != "fsdp2" or lora:
         return
