@@ -1,6 +1,8 @@
 import json
+from pathlib import Path
 
 import pytest
+import torch
 
 from agentrl.config import HouseholdEnvConfig, OptimConfig, PromptConfig, SFTConfig
 from agentrl.data import collect_expert_data, read_chat_dataset
@@ -64,3 +66,43 @@ def test_expert_data_with_rlvmr_meta_tags(tmp_path):
     assert all(parse_action(a) for a in answers)
     for answer, tag in zip(answers, tags):  # explore only for going somewhere
         assert tag != "explore" or parse_action(answer).startswith("go to ")
+
+
+def test_a_stopped_sft_continues_only_with_the_settings_it_was_started_with(tiny_model_dir, tmp_path):
+    """`agentrl sft` SIGKILLed while writing its second checkpoint: rerun with another
+    sft.save_every (which changes no step) it continues from the first; killed again and rerun
+    with another learning rate it starts over, and ends where a straight run with that rate ends."""
+    import signal
+    import subprocess
+    import sys
+
+    import yaml
+    from safetensors.torch import load_file
+
+    collect_expert_data(make_env(HouseholdEnvConfig()), PromptConfig(template=COMPACT, history_length=1), 3,
+                        tmp_path / "d.jsonl", 0)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({"prompt": {"template": COMPACT, "history_length": 1},
+                                      "sft": {"epochs": 2, "batch_size": 8, "save_every": 1}}))
+    killer = Path(__file__).parent / "killer.py"
+
+    def sft(out, *overrides, kill_at=None):
+        command = [*([sys.executable, str(killer), kill_at] if kill_at else [str(Path(sys.executable).parent / "agentrl")]),
+                   "sft", str(recipe), "--model", str(tiny_model_dir), "--data", str(tmp_path / "d.jsonl"),
+                   "--out", str(out), *[a for o in overrides for a in ("--set", o)]]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        assert done.returncode == (-signal.SIGKILL if kill_at else 0), done.stderr[-3000:]
+        return done.stdout + done.stderr
+
+    out = tmp_path / "model"
+    sft(out, kill_at=".tmp-step_000002@1")
+    assert (tmp_path / "model.tmp" / "checkpoints" / "step_000001").is_dir() and not out.exists()
+    assert "sft continuing from step_000001" in sft(out, "sft.save_every=2")
+    first = load_file(out / "model.safetensors")
+
+    sft(out, kill_at=".tmp-step_000002@1")
+    assert "continuing" not in sft(out, "sft.optim.lr=1e-3")
+    sft(tmp_path / "straight", "sft.optim.lr=1e-3")
+    changed, straight = load_file(out / "model.safetensors"), load_file(tmp_path / "straight" / "model.safetensors")
+    assert all(torch.equal(changed[k], straight[k]) for k in straight)
+    assert any(not torch.equal(changed[k], first[k]) for k in first)

@@ -47,6 +47,8 @@ RL_CONTINUABLE = ("rl.steps", "rl.eval_every", "rl.save_every", "rl.keep_last", 
                   "rl.env_step_timeout_s", "rl.env_reset_timeout_s", "rl.max_aborted_share", "rl.max_skipped_updates",
                   "rl.check_logprobs_every", "rl.save_rollouts", "rl.log_samples")
 """RL settings that do not change what the steps already taken did."""
+SFT_CONTINUABLE = ("sft.save_every",)
+"""SFT settings that do not change what the steps taken did."""
 EVAL_GUARDS = ("eval.max_aborted_share",)
 """Evaluation settings that decide only whether a result is an error."""
 
@@ -99,7 +101,8 @@ def sft(config: Config, model_path: str, data: str | Path, out: str | Path, log_
     if settings is None:
         settings = {"model.path": model_path, "model.fingerprint": folder_fingerprint(model_path),
                     "model.dtype": config.model.dtype, "sft.data": str(data),
-                    "sft.data.fingerprint": _file_fingerprint(Path(data)), **config_settings(config, "seed", "sft")}
+                    "sft.data.fingerprint": _file_fingerprint(Path(data)),
+                    **config_settings(config, "seed", "sft", exclude=SFT_CONTINUABLE)}
     resume = distributed.on_main(lambda: _sft_resume_point(tmp, settings))
     tracker = None
     if distributed.is_main():
@@ -254,7 +257,7 @@ def _until_sft(config: Config, restart: bool) -> dict:
                 stats = expert_data(config, data, config.sft.episodes, config.sft.judgments)
             console.print(f"[bold]expert data[/] {stats} -> {data}", soft_wrap=True)
             phases.complete("expert data", data_settings)
-    settings = {**upstream, **data_settings, **config_settings(config, "seed", "sft")}
+    settings = {**upstream, **data_settings, **config_settings(config, "seed", "sft", exclude=SFT_CONTINUABLE)}
     plan.update(sft_data=str(data), sft_out=str(sft_dir / "model"), sft_settings=settings,
                 train_sft=not phases.reusable("sft", settings, (sft_dir / "model" / "config.json").exists()))
     return plan
