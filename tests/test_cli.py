@@ -222,7 +222,7 @@ def test_metrics_also_go_to_weights_and_biases_offline(tmp_path, monkeypatch):
 
 
 def test_make_targets_run_a_recipes_phases(tmp_path):
-    """make sft, then RL on 2 ranks from its model, then eval of the checkpoint, with overrides."""
+    """make sft and RL on 2 ranks (torchrun), then eval of the checkpoint and the memory plan, with overrides."""
     import subprocess
     import sys
     from pathlib import Path
@@ -236,9 +236,10 @@ def test_make_targets_run_a_recipes_phases(tmp_path):
                               capture_output=True, text=True, timeout=600)
         return done.returncode, done.stdout + done.stderr
 
-    rc, out = make("sft", "SET=sft.epochs=2 eval.episodes=1")
+    rc, out = make("sft", "NPROC=2", "SET=sft.epochs=2 eval.episodes=1 sft.actor.backend=fsdp2")
     run = tmp_path / "run"
     assert rc == 0, out[-3000:]
+    assert json.loads((run / "phases.json").read_text())["sft"]["sft.actor.backend"] == "fsdp2"
     assert (run / "sft" / "model" / "config.json").is_file() and not (run / "rl").exists()
     assert json.loads((run / "summary.json").read_text())["phases"]["sft"]["l0"]["episodes"] == 1
     rc, out = make("rl", "NPROC=2", f"MODEL={run / 'sft' / 'model'}", "SET=rl.steps=1 rl.actor.backend=fsdp2")
@@ -249,3 +250,5 @@ def test_make_targets_run_a_recipes_phases(tmp_path):
     assert rc == 0 and (tmp_path / "ev" / "results.json").is_file(), out[-3000:]
     rc, out = make("eval")
     assert rc == 2 and "make eval: give CHECKPOINT=" in out
+    rc, out = make("plan", "GPUS=2", "GPU_MEMORY=16", "SET=rl.actor.backend=fsdp2")
+    assert rc == 0 and "2 GPU(s) of 16 GiB" in out and "rl (fsdp2)" in out, out[-3000:]

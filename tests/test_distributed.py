@@ -294,31 +294,38 @@ def test_sharded_sft_matches_one_process_and_resumes_exactly_after_a_kill(tiny_m
     assert [r["sft/loss"] for r in rows] == losses
 
 
-def test_accelerate_launch_with_the_cpu_config_trains_on_two_ranks(tiny_model_dir, tmp_path):
-    """recipes/accelerate/cpu.yaml starts 2 gloo ranks; `accelerate launch --cpu` (one process) is
-    refused with the form that works, before anything loads."""
+def test_accelerate_launch_with_the_cpu_config_runs_the_pipeline_on_two_ranks(tiny_model_dir, tmp_path):
+    """`accelerate launch --config_file recipes/accelerate/cpu.yaml --no_python agentrl run`: 2 gloo
+    ranks run the pipeline (SFT and RL sharded); `accelerate launch --cpu` (one process) is refused
+    with the form that works, before anything loads."""
     import subprocess
     import sys
     from pathlib import Path
+
+    import yaml
 
     pytest.importorskip("accelerate")
     accelerate = str(Path(sys.executable).parent / "accelerate")
     agentrl = str(Path(sys.executable).parent / "agentrl")
     root = Path(__file__).resolve().parents[1]
     write_recipe(tmp_path / "r.yaml", tmp_path / "run", 1)
+    recipe = yaml.safe_load((tmp_path / "r.yaml").read_text())
+    recipe.update(model={"path": str(tiny_model_dir)}, sft={"episodes": 2, "epochs": 1, "batch_size": 8},
+                  eval={"episodes": 1, "splits": ["l0"]})
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run([accelerate, "launch", "--config_file", str(root / "recipes" / "accelerate" / "cpu.yaml"),
-                           "--main_process_port", str(free_port()), "--no_python", agentrl, "train",
-                           str(tmp_path / "r.yaml"), "--model", str(tiny_model_dir)],
-                          capture_output=True, text=True, timeout=600, env=env)
+                           "--main_process_port", str(free_port()), "--no_python", agentrl, "run",
+                           str(tmp_path / "r.yaml")], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "RL step 1/1" in done.stdout and (tmp_path / "run" / "rl" / "checkpoints" / "step_000001").is_dir()
+    assert list(json.loads((tmp_path / "run" / "summary.json").read_text())["phases"]) == ["initial", "sft", "rl"]
+    assert json.loads((tmp_path / "run" / "phases.json").read_text())["sft"]["sft.actor.backend"] == "fsdp2"
     from agentrl.rollout.records import read_trajectories
     assert len(read_trajectories(tmp_path / "run" / "rl" / "rollouts" / "step_000001.jsonl.gz")) == 6  # both ranks'
 
-    done = subprocess.run([accelerate, "launch", "--cpu", "--num_processes", "2", "--no_python", agentrl, "train",
-                           str(tmp_path / "r.yaml"), "--model", str(tiny_model_dir), "--overwrite"],
-                          capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run([accelerate, "launch", "--cpu", "--num_processes", "2", "--no_python", agentrl, "run",
+                           str(tmp_path / "r.yaml")], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode != 0
     assert "`accelerate launch --cpu` starts one process" in done.stderr and "recipes/accelerate/cpu.yaml" in done.stderr
 
