@@ -63,7 +63,7 @@ BAD_RECIPES = [
     ("negative eps", None, ["--set", "rl.advantage.eps=-1e-6"], "rl.advantage.eps: Input should be greater than or"),
     ("negative steps", None, ["--set", "rl.steps=-1"], "rl.steps: Input should be greater than or equal to 0"),
     ("text for a count", None, ["--set", "rl.group_size=many"], "rl.group_size: Input should be a valid integer"),
-    ("zero timeout", None, ["--set", "rl.env_step_timeout_s=0"], "rl.env_step_timeout_s: Input should be greater"),
+    ("zero timeout", None, ["--set", "rl.env_pool.step_timeout_s=0"], "rl.env_pool.step_timeout_s: Input should be greater"),
     ("override without =", None, ["--set", "rl.steps"], "override 'rl.steps' is not of the form key.sub=value"),
     ("override empty part", None, ["--set", "rl..steps=1"], "override 'rl..steps=1' is not of the form"),
     ("override bad yaml", None, ["--set", "rl.optim={lr: [1"], "override 'rl.optim={lr: [1': YAML syntax error"),
@@ -130,7 +130,7 @@ def test_debug_shows_the_traceback(tmp_path):
 def test_ctrl_c_stops_with_one_line_and_no_worker_left(tmp_path, tiny_model_dir):
     """SIGINT to the whole process group (what a terminal sends) during RL with worker
     processes: exit 130, one line saying where, no worker traceback, no process left."""
-    recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run"), rl__steps=50, rl__workers=2,
+    recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run"), rl__steps=50, rl__env_pool__workers=2,
                                                   rl__tasks_per_step=2))
     proc = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "train", recipe, "--model", str(tiny_model_dir)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -158,24 +158,23 @@ def test_ctrl_c_stops_with_one_line_and_no_worker_left(tmp_path, tiny_model_dir)
 
 # --- runs that cannot go on stop with the cause ---------------------------------------------------
 def test_a_run_whose_episodes_all_abort_stops_naming_the_timeout(tmp_path, tiny_model_dir, capsys):
-    recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run"), rl__workers=2,
-                                                  rl__env_reset_timeout_s=0.001))
+    recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run"), rl__env_pool={"workers": 2, "reset_timeout_s": 0.001}))
     assert main(["train", recipe, "--model", str(tiny_model_dir)]) == 1
     err = capsys.readouterr().err.strip()
     assert "2 of 2 episodes aborted in RL step 1 (more than rl.max_aborted_share = 0.5)" in err, err
-    assert "did not answer a reset within the time limit (rl.env_reset_timeout_s = 0.001)" in err
+    assert "did not answer a reset within the time limit (rl.env_pool.reset_timeout_s = 0.001)" in err
     assert "Traceback" not in err
 
 
 def test_an_evaluation_without_finished_episodes_is_an_error_and_never_cached(tmp_path, tiny_model_dir, capsys):
     recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run"), model={"path": str(tiny_model_dir)},
-                                                  rl__workers=1, rl__env_reset_timeout_s=0.001))
+                                                  rl__env_pool={"workers": 1, "reset_timeout_s": 0.001}))
     assert main(["run", recipe]) == 1
     assert "evaluation on l0: 1 of 1 episodes aborted" in capsys.readouterr().err
     assert not (tmp_path / "run" / "eval" / "initial" / "results.json").exists()
     phases = json.loads((tmp_path / "run" / "phases.json").read_text())
     assert "eval initial" not in phases
-    assert main(["run", recipe, "--set", "rl.env_reset_timeout_s=300", "--set", "rl.steps=0"]) == 0  # fixed: redone
+    assert main(["run", recipe, "--set", "rl.env_pool.reset_timeout_s=300", "--set", "rl.steps=0"]) == 0  # fixed: redone
     assert json.loads((tmp_path / "run" / "eval" / "initial" / "results.json").read_text())["l0"]["episodes"] == 1
 
 
@@ -186,7 +185,7 @@ def test_workers_that_die_on_start_stop_the_run_with_the_main_guard_hint(tmp_pat
     `if __name__ == "__main__":` guard (each worker imports it and tries to train too). Stopped by
     the aborted share, or, when every abort is tolerated, by the third start failure in a row."""
     script = tmp_path / "unguarded.py"
-    recipe = with_(run_dir=str(tmp_path / "run"), rl__workers=1, rl__max_aborted_share=share)
+    recipe = with_(run_dir=str(tmp_path / "run"), rl__env_pool__workers=1, rl__max_aborted_share=share)
     script.write_text(f"""
 from pathlib import Path
 from agentrl.config import validate_config
@@ -204,17 +203,17 @@ with RLTrainer(config, {str(tiny_model_dir)!r}, Path(config.run_dir)) as trainer
 
 
 def test_a_worker_that_died_while_idle_is_replaced_before_new_episodes(tmp_path):
-    from agentrl.config import HouseholdEnvConfig
+    from agentrl.config import EnvPoolConfig, HouseholdEnvConfig
     from agentrl.envs.pool import EnvPool
 
-    with EnvPool(HouseholdEnvConfig(), workers=1) as pool:
+    with EnvPool(HouseholdEnvConfig(), EnvPoolConfig(workers=1)) as pool:
         assert pool.reset({0: "train-0"})[0] is not None
-        pool._procs[0].kill()
-        pool._procs[0].join()
+        pool.transport.procs[0].kill()
+        pool.transport.procs[0].join()
         assert pool.reset({0: "train-1"})[0] is not None  # a new episode is not charged for it
         assert len(pool.faults) == 1 and "exited while idle" in pool.faults[0]
-        pool._procs[0].kill()
-        pool._procs[0].join()
+        pool.transport.procs[0].kill()
+        pool.transport.procs[0].join()
         assert pool.step({0: "look"}) == {0: None}  # the episode in flight died with its worker
 
 

@@ -1,4 +1,4 @@
-from agentrl.config import HouseholdEnvConfig
+from agentrl.config import EnvPoolConfig, HouseholdEnvConfig
 from agentrl.envs.pool import EnvPool
 
 
@@ -15,11 +15,11 @@ def play(pool):
 
 
 def test_worker_processes_match_in_process():
-    with EnvPool(HouseholdEnvConfig(), workers=0) as local:
+    with EnvPool(HouseholdEnvConfig(), EnvPoolConfig(workers=0)) as local:
         expected = play(local)
-    with EnvPool(HouseholdEnvConfig(), workers=2) as pool:
+    with EnvPool(HouseholdEnvConfig(), EnvPoolConfig(workers=2)) as pool:
         assert play(pool) == expected
-        procs = list(pool._procs)
+        procs = list(pool.transport.procs)
     assert all(not p.is_alive() for p in procs)
 
 
@@ -47,7 +47,7 @@ class SignalOnCall:
     def generate(self, prompts, sampling):
         self.calls += 1
         if self.calls == self.at:
-            self.victim = self.pool._procs[0]
+            self.victim = self.pool.transport.procs[0]
             os.kill(self.victim.pid, self.sig)
         return self.sampler.generate(prompts, sampling)
 
@@ -60,14 +60,14 @@ class SignalOnCall:
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
 def test_a_failed_worker_aborts_one_episode_and_the_step_completes(tiny_model_dir, tmp_path, sig):
-    config = small_config(tmp_path / "run", 1, workers=6, env_step_timeout_s=3.0)  # 2 tasks x 3 = 6 slots
+    config = small_config(tmp_path / "run", 1, env_pool={"workers": 6, "step_timeout_s": 3.0})  # 2 tasks x 3 = 6 slots
     trainer = RLTrainer(config, str(tiny_model_dir), Path(config.run_dir))
     try:
         trainer.sampler = injector = SignalOnCall(trainer.sampler, trainer.pool, sig, at=2)
         metrics = trainer.train_step()
         assert metrics["rollout/aborted"] == 1 and metrics["rollout/dropped_groups"] == 1
         assert len(trainer.pool.faults) == 1
-        assert not injector.victim.is_alive() and trainer.pool._procs[0].is_alive()  # replaced
+        assert not injector.victim.is_alive() and trainer.pool.transport.procs[0].is_alive()  # replaced
         metrics = trainer.train_step()  # the replacement serves the next step
         assert metrics["rollout/aborted"] == 0
     finally:
@@ -75,7 +75,7 @@ def test_a_failed_worker_aborts_one_episode_and_the_step_completes(tiny_model_di
 
 
 def test_an_environment_error_is_raised_not_hidden():
-    with EnvPool(HouseholdEnvConfig(), workers=2) as pool:
+    with EnvPool(HouseholdEnvConfig(), EnvPoolConfig(workers=2)) as pool:
         with pytest.raises(WorkerEnvError, match="layout|task|split"):
             pool.reset({0: "no-such-split-7"})
 
@@ -84,12 +84,12 @@ def test_scienceworld_workers_leave_no_jvm_behind(scienceworld_splits):
     from agentrl.config import ScienceWorldEnvConfig
 
     before = set(java_processes())
-    pool = EnvPool(ScienceWorldEnvConfig(splits_dir=scienceworld_splits), workers=2)
+    pool = EnvPool(ScienceWorldEnvConfig(splits_dir=scienceworld_splits), EnvPoolConfig(workers=2))
     try:
         tasks = pool.local.split_tasks("l0")[:2]
         pool.reset({0: tasks[0], 1: tasks[1]})
         assert len(set(java_processes()) - before) == 3  # the pool's own + one per environment
-        os.kill(pool._procs[0].pid, signal.SIGKILL)  # its JVM must follow it
+        os.kill(pool.transport.procs[0].pid, signal.SIGKILL)  # its JVM must follow it
         results = pool.step({0: "look around", 1: "look around"})
         assert results[0] is None and results[1] is not None
     finally:

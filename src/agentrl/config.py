@@ -87,6 +87,26 @@ class ScienceWorldEnvConfig(Section):
 
 
 
+class LatencyEnvConfig(Section):
+    """Another environment behind a simulated log-normal latency per reset and step (for
+    studying rollout scheduling; results are the wrapped environment's)."""
+
+    type: Literal["latency"] = "latency"
+    """Environment name in the registry."""
+    inner: Annotated[Section, ENVIRONMENTS.field("household")] = Field(default_factory=HouseholdEnvConfig)
+    """The wrapped environment's section."""
+    step_median_s: float = Field(0.05, ge=0)
+    """Median delay of a step (0: none)."""
+    step_sigma: float = Field(1.0, ge=0)
+    """Log-normal shape of the step delay (0: constant; 1: the slowest of 128 is ~10x the median)."""
+    reset_median_s: float = Field(0.0, ge=0)
+    """Median delay of a reset (0: none)."""
+    reset_sigma: float = Field(0.0, ge=0)
+    """Log-normal shape of the reset delay."""
+    max_s: float = Field(10.0, gt=0)
+    """Cap on any one delay."""
+
+
 # --- model, prompt, sampling -------------------------------------------------------------------
 class ModelConfig(Section):
     path: str | None = None
@@ -482,6 +502,44 @@ class GCDAuxConfig(Section):
 
 
 
+class RaySectionConfig(Section):
+    address: str | None = None
+    """The Ray cluster (`ray.init(address=...)`); None: $RAY_ADDRESS, else a local cluster started
+    for the run (and stopped after it)."""
+    num_cpus: float = Field(1.0, ge=0)
+    """CPUs Ray reserves for each environment worker (ScienceWorld's JVM uses about one)."""
+    memory_gib: float | None = Field(None, gt=0)
+    """Memory Ray reserves for each worker (None: none reserved; ScienceWorld's heap is jvm_heap)."""
+
+
+class EnvPoolConfig(Section):
+    backend: Literal["process", "ray"] = "process"
+    """process: local worker processes; ray: Ray actors on any node of a Ray cluster
+    (`pip install 'agentrl[ray]'`)."""
+    workers: int = Field(0, ge=0)
+    """Environment workers (0: environments run in the trainer process). With at least
+    tasks_per_step x group_size, every environment has its own worker, and a crash or hang
+    aborts only its own episode."""
+    step_timeout_s: float = Field(60.0, gt=0)
+    """A worker that takes longer for one step is killed and replaced (its episodes aborted)."""
+    reset_timeout_s: float = Field(300.0, gt=0)
+    """A worker that takes longer for one reset is killed and replaced."""
+    ray: RaySectionConfig = Field(default_factory=RaySectionConfig)
+    """Cluster and per-worker resources of the ray backend."""
+
+
+class RolloutConfig(Section):
+    mode: Literal["lockstep", "async"] = "lockstep"
+    """lockstep: every turn samples all active episodes together, then steps all environments,
+    and waits for the slowest. async: each episode moves on as soon as its own environment
+    answers (vLLM: requests enter the engine as they become ready; HF: the ready episodes are
+    batched within `batch_window_s`). Async batches depend on timing, so sampled runs are not
+    bit-reproducible; lockstep ones are."""
+    batch_window_s: float = Field(0.05, ge=0)
+    """Async with a batch sampler (HF): after the first episode is ready, how long to wait for
+    more before sampling them together (sampling stops waiting once every episode is ready)."""
+
+
 class RLConfig(Section):
     steps: int = Field(100, ge=0)
     """Training steps (one rollout batch and one update each)."""
@@ -556,20 +614,26 @@ class RLConfig(Section):
     log_samples: int = Field(3, ge=0)
     """Episodes per step whose last (prompt, response, reward, advantage) TensorBoard shows as
     text (`samples`)."""
-    workers: int = Field(0, ge=0)
-    """Environment worker processes (0: environments run in the trainer process). With at least
-    tasks_per_step x group_size, every environment has its own process, and a crash or hang
-    aborts only its own episode."""
-    env_step_timeout_s: float = Field(60.0, gt=0)
-    """A worker that takes longer for one step is killed and replaced (its episodes aborted)."""
-    env_reset_timeout_s: float = Field(300.0, gt=0)
-    """A worker that takes longer for one reset is killed and replaced."""
+    env_pool: EnvPoolConfig = Field(default_factory=lambda: EnvPoolConfig())
+    """Where the environments run (trainer process, worker processes, Ray actors)."""
+    rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig())
+    """How the rollout loop interleaves generation and environment steps."""
     max_aborted_share: float = Field(0.5, ge=0, le=1)
     """A step in which more than this share of the episodes (over all ranks) aborted stops the
     run with an error naming the workers' faults."""
     max_skipped_updates: int = Field(3, ge=1)
     """Optimiser updates in a row with a non-finite loss or gradient norm (each one skipped:
     weights and optimiser state untouched, counted in actor/skipped_updates) that stop the run."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data):
+        moved = {"workers": "env_pool.workers", "env_step_timeout_s": "env_pool.step_timeout_s",
+                 "env_reset_timeout_s": "env_pool.reset_timeout_s"}
+        for old, new in moved.items():
+            if isinstance(data, dict) and old in data:
+                raise ValueError(f"rl.{old} is now rl.{new}")
+        return data
 
     @field_validator("kl_estimator")
     @classmethod

@@ -43,8 +43,8 @@ console = Console()
 
 PIPELINE_WAIT = timedelta(hours=24)
 """How long the other ranks wait for rank 0's phases before RL (init, evaluations, expert data, SFT)."""
-RL_CONTINUABLE = ("rl.steps", "rl.eval_every", "rl.save_every", "rl.keep_last", "rl.workers",
-                  "rl.env_step_timeout_s", "rl.env_reset_timeout_s", "rl.max_aborted_share", "rl.max_skipped_updates",
+RL_CONTINUABLE = ("rl.steps", "rl.eval_every", "rl.save_every", "rl.keep_last", "rl.env_pool",
+                  "rl.max_aborted_share", "rl.max_skipped_updates",
                   "rl.check_logprobs_every", "rl.save_rollouts", "rl.log_samples")
 """RL settings that do not change what the steps already taken did."""
 SFT_CONTINUABLE = ("sft.save_every",)
@@ -146,15 +146,14 @@ def train_rl(config: Config, model_path: str, run_dir: Path, resume: bool, basel
         return trainer.run(resume=resume, baseline=baseline)
 
 
-def evaluate_checkpoint(config: Config, model_path: str, out_dir: Path, workers: int = 0) -> dict:
+def evaluate_checkpoint(config: Config, model_path: str, out_dir: Path) -> dict:
     differ = prompt_differences(config.prompt, model_path)
     if differ:
         console.print(f"[yellow]warning[/] {model_path} was trained with other prompt settings "
                       f"({', '.join('prompt.' + k for k in differ)}): evaluating with the recipe's", soft_wrap=True)
     tokenizer = load_tokenizer(model_path)
     model = load_model(model_path, config.model.dtype)
-    limits = (config.rl.env_step_timeout_s, config.rl.env_reset_timeout_s) if config.rl else ()
-    with EnvPool(config.env, workers, *limits) as pool:
+    with EnvPool(config.env, config.rl.env_pool if config.rl else None) as pool:
         return evaluate(pool, HFSampler(model, tokenizer), tokenizer, config.eval, config.prompt,
                         config.seed, out_dir)
 
@@ -329,7 +328,7 @@ def _eval_phase(config: Config, phases: Phases, name: str, model_path: str, upst
         results = json.loads((out_dir / "results.json").read_text())
     else:
         with timed(seconds, f"eval {name}"):
-            results = evaluate_checkpoint(config, model_path, out_dir, config.rl.workers if config.rl else 0)
+            results = evaluate_checkpoint(config, model_path, out_dir)
         phases.complete(f"eval {name}", settings)
     _print_phase(name, results)
     return results

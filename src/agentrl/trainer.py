@@ -91,7 +91,7 @@ class RLTrainer:
         self.components, self.aux_losses = build_components(Context(config, model_path, policy, self.sampler,
                                                                     self.tokenizer, self.run_dir))
         self.uses_reference = self.rl.kl_coef > 0
-        self.pool = EnvPool(config.env, self.rl.workers, self.rl.env_step_timeout_s, self.rl.env_reset_timeout_s)
+        self.pool = EnvPool(config.env, self.rl.env_pool)
         extra = [p for c in self.components for p in c.parameters()]
         self.actor: Actor = ACTORS.get(self.rl.actor.backend)(self.rl.actor, self.model, self.rl.optim, extra)
         self.sampler.update_weights(self.actor.weights())  # a no-op for a sampler sharing the actor's module
@@ -146,7 +146,7 @@ class RLTrainer:
         trajectories = collect(self.pool, self.sampler, self.tokenizer, tasks[self.rank * share:(self.rank + 1) * share],
                                rl.group_size, cfg.prompt, cfg.sampling,
                                first_group_id=(step - 1) * rl.tasks_per_step + self.rank * share, timing=timing,
-                               hint=hint)
+                               hint=hint, mode=rl.rollout.mode, batch_window_s=rl.rollout.batch_window_s)
         aborted, total = distributed.all_sum([sum(t.aborted for t in trajectories), len(trajectories)])
         if total and aborted / total > rl.max_aborted_share:
             raise RunError(f"{aborted:.0f} of {total:.0f} episodes aborted in RL step {step} (more than "

@@ -6,18 +6,20 @@ when a recipe uses it.
 
 from __future__ import annotations
 
-from agentrl.config import AlfWorldEnvConfig, HouseholdEnvConfig, ScienceWorldEnvConfig
+from agentrl.config import AlfWorldEnvConfig, HouseholdEnvConfig, LatencyEnvConfig, ScienceWorldEnvConfig
 from agentrl.envs.base import Environment, Observation, StepResult
 from agentrl.registry import ENVIRONMENTS
 
 ENVIRONMENTS.register("household", HouseholdEnvConfig, "agentrl.envs.household:HouseholdEnv")
 ENVIRONMENTS.register("alfworld", AlfWorldEnvConfig, "agentrl.envs.alfworld:AlfWorldEnv")
 ENVIRONMENTS.register("scienceworld", ScienceWorldEnvConfig, "agentrl.envs.scienceworld:ScienceWorldEnv")
+ENVIRONMENTS.register("latency", LatencyEnvConfig, "agentrl.envs.latency:LatencyEnv")
 
 
 def make_env(config) -> Environment:
     """Build the environment a config section names (its `type`), passing the other fields."""
-    return ENVIRONMENTS.get(config.type)(**config.model_dump(exclude={"type"}))
+    fields = {name: getattr(config, name) for name in type(config).model_fields if name != "type"}
+    return ENVIRONMENTS.get(config.type)(**fields)
 
 
 __all__ = ["ENVIRONMENTS", "Environment", "Observation", "StepResult", "make_env"]

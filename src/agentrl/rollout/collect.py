@@ -1,7 +1,17 @@
-"""The rollout loop: K episodes per task, all active episodes sampled in one batch per step.
+"""The rollout loop: K episodes per task, in lock-step or asynchronously.
 
-Finished episodes stop generating; the loop ends when every episode is done. An episode whose
-environment worker failed is marked aborted and stops there.
+- lockstep: every turn samples all active episodes in one batch, then steps all their
+  environments, and waits for the slowest before the next turn.
+- async: each episode moves on as soon as its own environment answers. A streaming sampler
+  (one with `start` / `advance`, the vLLM engine) takes each ready episode's request at once and
+  returns generations as they finish (continuous batching); any other sampler gets the ready
+  episodes in one batch, gathered for up to `batch_window_s` after the first is ready (or until
+  no environment is still busy). A slow environment holds back only its own episode.
+
+Both loops play each episode by the same rules (the same prompts from the same history, the
+same step limit): with a sampler whose output depends only on its prompt, they return the same
+trajectories. An episode whose environment worker failed is marked aborted and stops there.
+Timing: `gen` is the time spent in the sampler, `env` the time spent waiting for environments.
 """
 
 from __future__ import annotations
@@ -18,8 +28,10 @@ from agentrl.rollout.types import StepSample, Trajectory
 class _Episode:
     slot: int
     trajectory: Trajectory
-    observation: object
+    observation: object = None
     history: list[HistoryEntry] = field(default_factory=list)
+    prompt_text: str = ""
+    prompt_ids: list[int] = field(default_factory=list)
 
 
 def encode_prompt(tokenizer, text: str) -> list[int]:
@@ -28,72 +40,139 @@ def encode_prompt(tokenizer, text: str) -> list[int]:
     return tokenizer(chat, add_special_tokens=False).input_ids
 
 
+class _Rules:
+    """How one episode advances: its next prompt, its action from a generation, an env answer."""
+
+    def __init__(self, tokenizer, prompt, hint: str, max_steps: int):
+        self.tokenizer, self.prompt, self.hint, self.max_steps = tokenizer, prompt, hint, max_steps
+
+    def ask(self, e: _Episode) -> list[int]:
+        """Render the episode's next prompt (kept on the episode); its token ids."""
+        text = render_prompt(self.prompt.template, e.observation, e.history, len(e.trajectory.steps),
+                             self.prompt.history_length)
+        e.prompt_text = f"{self.hint}\n{text}" if self.hint else text
+        e.prompt_ids = encode_prompt(self.tokenizer, e.prompt_text)
+        return e.prompt_ids
+
+    def act(self, e: _Episode, gen) -> str | None:
+        """Record the generation as the episode's next step; the action it names (None: none)."""
+        response = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+        action = parse_action(response, self.prompt.require_think)
+        e.trajectory.steps.append(StepSample(
+            prompt_ids=e.prompt_ids, response_ids=gen.token_ids, logprobs=gen.logprobs, response=response,
+            action=action, observation=e.observation.text, anchor=e.observation.anchor,
+            penalty=0.0 if action is not None else self.prompt.invalid_penalty, prompt=e.prompt_text))
+        return action
+
+    def started(self, e: _Episode, observation) -> bool:
+        """Apply a reset's answer; whether the episode goes on."""
+        e.observation = observation
+        e.trajectory.aborted = observation is None
+        return not e.trajectory.aborted
+
+    def stepped(self, e: _Episode, result) -> bool:
+        """Apply a step's answer (None: the worker failed); whether the episode goes on."""
+        if result is None:
+            e.trajectory.aborted = True
+            return False
+        sample = e.trajectory.steps[-1]
+        sample.reward, sample.progress = result.reward, result.progress
+        e.history.append(HistoryEntry(e.observation.text, sample.action or "(no valid action)"))
+        e.observation = result.observation
+        if result.done:
+            e.trajectory.success = result.success
+            return False
+        return len(e.trajectory.steps) < self.max_steps
+
+
 def collect(pool, sampler, tokenizer, tasks: list[str], group_size: int, prompt, sampling,
             first_group_id: int = 0, timing: dict | None = None, hint: str = "",
-            finished: Callable[[int], None] | None = None) -> list[Trajectory]:
+            finished: Callable[[int], None] | None = None, mode: str = "lockstep",
+            batch_window_s: float = 0.05) -> list[Trajectory]:
     """Play `group_size` episodes of each task; returns trajectories in (task, rollout) order.
 
     `hint` is appended to the task text of every prompt (prompt-based correction uses it);
-    `finished(n)` is told after every turn how many episodes ended in it (a progress bar).
+    `finished(n)` is told as episodes end how many did (a progress bar); `mode`: lockstep or
+    async (module docstring).
     """
     timing = timing if timing is not None else {}
+    timing.setdefault("gen", 0.0)
+    timing.setdefault("env", 0.0)
     episodes = []
     for t, task_id in enumerate(tasks):
         for _ in range(group_size):
             traj = Trajectory(task_id=task_id, group_id=first_group_id + t,
                               task_type=pool.local.task_type(task_id))
-            episodes.append(_Episode(slot=len(episodes), trajectory=traj, observation=None))
+            episodes.append(_Episode(slot=len(episodes), trajectory=traj))
+    rules = _Rules(tokenizer, prompt, hint, pool.max_steps)
+    play = _lockstep if mode == "lockstep" else _async
+    play(pool, sampler, rules, episodes, sampling, timing, finished or (lambda n: None), batch_window_s)
+    return [e.trajectory for e in episodes]
+
+
+def _lockstep(pool, sampler, rules, episodes, sampling, timing, finished, batch_window_s) -> None:
     start = time.perf_counter()
     observations = pool.reset({e.slot: e.trajectory.task_id for e in episodes})
-    timing["env"] = timing.get("env", 0.0) + time.perf_counter() - start
-    for e in episodes:
-        e.observation = observations[e.slot]
-        e.trajectory.aborted = e.observation is None
-
-    active = [e for e in episodes if not e.trajectory.aborted]
-    for step in range(pool.max_steps):
-        if not active:
-            break
-        texts = [render_prompt(prompt.template, e.observation, e.history, step, prompt.history_length)
-                 for e in active]
-        if hint:
-            texts = [f"{hint}\n{text}" for text in texts]
-        prompt_ids = [encode_prompt(tokenizer, text) for text in texts]
+    timing["env"] += time.perf_counter() - start
+    active = [e for e in episodes if rules.started(e, observations[e.slot])]
+    finished(len(episodes) - len(active))
+    while active:
+        prompt_ids = [rules.ask(e) for e in active]
         start = time.perf_counter()
         generations = sampler.generate(prompt_ids, sampling)
-        timing["gen"] = timing.get("gen", 0.0) + time.perf_counter() - start
-
-        actions = {}
-        for e, text, ids, gen in zip(active, texts, prompt_ids, generations):
-            response = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-            action = parse_action(response, prompt.require_think)
-            actions[e.slot] = action
-            e.trajectory.steps.append(StepSample(
-                prompt_ids=ids, response_ids=gen.token_ids, logprobs=gen.logprobs, response=response,
-                action=action, observation=e.observation.text, anchor=e.observation.anchor,
-                penalty=0.0 if action is not None else prompt.invalid_penalty, prompt=text))
+        timing["gen"] += time.perf_counter() - start
+        actions = {e.slot: rules.act(e, gen) for e, gen in zip(active, generations)}
         start = time.perf_counter()
         results = pool.step(actions)
         timing["env"] += time.perf_counter() - start
-
-        still = []
-        for e in active:
-            result = results[e.slot]
-            if result is None:
-                e.trajectory.aborted = True
-                continue
-            sample = e.trajectory.steps[-1]
-            sample.reward = result.reward
-            sample.progress = result.progress
-            e.history.append(HistoryEntry(e.observation.text, sample.action or "(no valid action)"))
-            e.observation = result.observation
-            if result.done:
-                e.trajectory.success = result.success
-            else:
-                still.append(e)
-        if finished is not None:
-            finished(len(active) - len(still))
+        still = [e for e in active if rules.stepped(e, results[e.slot])]
+        finished(len(active) - len(still))
         active = still
-    if finished is not None:
-        finished(len(active) + sum(e.trajectory.aborted for e in episodes if not e.trajectory.steps))  # step limit, reset
-    return [e.trajectory for e in episodes]
+
+
+def _async(pool, sampler, rules, episodes, sampling, timing, finished, batch_window_s) -> None:
+    by_slot = {e.slot: e for e in episodes}
+    streaming = hasattr(sampler, "start") and hasattr(sampler, "advance")
+    pool.submit("reset", {e.slot: e.trajectory.task_id for e in episodes})
+    in_env = set(by_slot)  # waiting for their environment
+    ready: list[_Episode] = []  # waiting for the sampler (not yet handed to a streaming one)
+    generating = 0  # handed to a streaming sampler, not yet back
+    first_ready = 0.0
+    while in_env or ready or generating:
+        if in_env:
+            if streaming:
+                timeout = 0.0 if ready or generating else None
+            else:
+                timeout = None if not ready else max(0.0, first_ready + batch_window_s - time.perf_counter())
+            start = time.perf_counter()
+            answers = pool.receive(timeout)
+            timing["env"] += time.perf_counter() - start
+            for slot, answer in answers.items():
+                e = by_slot[slot]
+                in_env.discard(slot)
+                goes_on = rules.stepped(e, answer) if e.trajectory.steps else rules.started(e, answer)
+                if not goes_on:
+                    finished(1)
+                    continue
+                if not ready:
+                    first_ready = time.perf_counter()
+                ready.append(e)
+        if not ready and not generating:
+            continue
+        if not streaming and in_env and time.perf_counter() < first_ready + batch_window_s:
+            continue  # gather more ready episodes for the batch
+        start = time.perf_counter()
+        if streaming:
+            for e in ready:
+                sampler.start(e.slot, rules.ask(e), sampling)
+            generating += len(ready)
+            done = sampler.advance()
+            generating -= len(done)
+            outputs = [(by_slot[slot], gen) for slot, gen in done]
+        else:
+            outputs = list(zip(ready, sampler.generate([rules.ask(e) for e in ready], sampling)))
+        ready = []
+        timing["gen"] += time.perf_counter() - start
+        if outputs:
+            pool.submit("step", {e.slot: rules.act(e, gen) for e, gen in outputs})
+            in_env.update(e.slot for e, _ in outputs)

@@ -82,23 +82,39 @@ class VLLMSampler:
         self.tied = bool(self.llm.llm_engine.model_config.hf_config.tie_word_embeddings)
 
     def generate(self, prompts: list[list[int]], params) -> list[Generation]:
-        from vllm import SamplingParams
-
         if not prompts:
             return []
         if self.sleeping:
             raise RuntimeError("the vLLM sampler is asleep: push weights (update_weights) before generating")
+        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], self._sampling(params),
+                                    use_tqdm=False)
+        return [self._generation(out) for out in outputs]
+
+    def _sampling(self, params):
+        from vllm import SamplingParams
+
         greedy = params.temperature == 0
-        sampling = SamplingParams(temperature=params.temperature, top_p=1.0 if greedy else params.top_p,
-                                  max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=[self.eos_id],
-                                  detokenize=False)
-        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], sampling, use_tqdm=False)
-        results = []
-        for out in outputs:
-            completion = out.outputs[0]
-            ids = list(completion.token_ids)
-            results.append(Generation(ids, [step[token].logprob for step, token in zip(completion.logprobs, ids)]))
-        return results
+        return SamplingParams(temperature=params.temperature, top_p=1.0 if greedy else params.top_p,
+                              max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=[self.eos_id],
+                              detokenize=False)
+
+    # --- streaming (continuous batching): requests enter the engine as episodes become ready ---
+    def start(self, key: int, prompt: list[int], params) -> None:
+        """Add one request to the engine; its generation comes back from `advance` under `key`."""
+        if self.sleeping:
+            raise RuntimeError("the vLLM sampler is asleep: push weights (update_weights) before generating")
+        self.llm.llm_engine.add_request(str(key), {"prompt_token_ids": list(prompt)}, self._sampling(params))
+
+    def advance(self) -> list[tuple[int, Generation]]:
+        """One engine step over every request in flight; the generations it finished."""
+        finished = [out for out in self.llm.llm_engine.step() if out.finished]
+        return [(int(out.request_id), self._generation(out)) for out in finished]
+
+    @staticmethod
+    def _generation(out) -> Generation:
+        completion = out.outputs[0]
+        ids = list(completion.token_ids)
+        return Generation(ids, [step[token].logprob for step, token in zip(completion.logprobs, ids)])
 
     @torch.no_grad()
     def prompt_logprobs(self, sequences: list[list[int]]) -> list[list[float]]:

@@ -1,0 +1,51 @@
+"""Another environment behind a simulated latency (studying rollout scheduling apart from engines).
+
+Every reset and step first sleeps a log-normal time: median `*_median_s`, shape `*_sigma`
+(0: constant), capped at `max_s`. The delays are drawn from an unseeded generator: they change
+when things happen, never what happens, so results stay those of the wrapped environment.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+
+from agentrl.envs.base import Observation, StepResult
+
+
+class LatencyEnv:
+    def __init__(self, inner, step_median_s: float = 0.05, step_sigma: float = 1.0, reset_median_s: float = 0.0,
+                 reset_sigma: float = 0.0, max_s: float = 10.0):
+        from agentrl.envs import make_env
+
+        self.inner = make_env(inner)
+        self.max_steps = self.inner.max_steps
+        self.delays = {"step": (step_median_s, step_sigma), "reset": (reset_median_s, reset_sigma)}
+        self.max_s = max_s
+        self._rng = random.Random()
+
+    def _wait(self, call: str) -> None:
+        median, sigma = self.delays[call]
+        if median > 0:
+            time.sleep(min(self.max_s, self._rng.lognormvariate(math.log(median), sigma)))
+
+    def reset(self, task_id: str) -> Observation:
+        self._wait("reset")
+        return self.inner.reset(task_id)
+
+    def step(self, action: str | None) -> StepResult:
+        self._wait("step")
+        return self.inner.step(action)
+
+    def split_tasks(self, split: str) -> list[str]:
+        return self.inner.split_tasks(split)
+
+    def task_type(self, task_id: str) -> str:
+        return self.inner.task_type(task_id)
+
+    def expert_action(self) -> tuple[str, str]:
+        return self.inner.expert_action()
+
+    def close(self) -> None:
+        self.inner.close()

@@ -1,0 +1,132 @@
+"""The Ray-backed environment pool on a local Ray cluster started by the test: the same answers
+as in-process, real actor deaths and hangs (SIGKILL / SIGSTOP of the actor's process) abort
+exactly their own episodes, environment errors arrive with their traceback, and nothing is left
+running afterwards."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from agentrl.config import ConfigError, EnvPoolConfig, HouseholdEnvConfig, LatencyEnvConfig  # noqa: E402
+from agentrl.envs.pool import EnvPool, WorkerEnvError  # noqa: E402
+from agentrl.trainer import RLTrainer  # noqa: E402
+
+from test_pool import play  # noqa: E402
+from test_trainer import small_config  # noqa: E402
+
+
+def ray_processes() -> list[int]:
+    """PIDs of Ray's own processes (the cluster's daemons and its workers)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace")
+            except OSError:
+                continue
+            if any(marker in cmdline for marker in ("raylet", "gcs_server", "ray::", "default_worker.py")):
+                pids.append(int(entry))
+    return pids
+
+
+def assert_nothing_left(before: set[int]) -> None:
+    deadline = time.monotonic() + 30
+    while set(ray_processes()) - before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not set(ray_processes()) - before, "Ray processes left running"
+
+
+def actor_pid(pool, worker: int) -> int:
+    return ray.get(pool.transport.actors[worker].__ray_call__.remote(lambda self: os.getpid()))
+
+
+def ray_pool(env, workers, **limits):
+    return EnvPool(env, EnvPoolConfig(backend="ray", workers=workers, ray={"num_cpus": 0.25}, **limits))
+
+
+def test_ray_pool_matches_in_process_and_stops_its_own_cluster():
+    before = set(ray_processes())
+    with EnvPool(HouseholdEnvConfig()) as local:
+        expected = play(local)
+    assert not ray.is_initialized()
+    with ray_pool(HouseholdEnvConfig(), 2) as pool:  # starts a local cluster: it owns it
+        assert pool.transport.owns_cluster
+        assert play(pool) == expected
+    assert not ray.is_initialized()
+    assert_nothing_left(before)
+
+
+@pytest.fixture
+def cluster():
+    before = set(ray_processes())
+    ray.init(num_cpus=2, include_dashboard=False)
+    yield
+    ray.shutdown()
+    assert_nothing_left(before)
+
+
+def test_an_actor_killed_or_hung_mid_step_aborts_exactly_its_episodes(cluster):
+    env = LatencyEnvConfig(inner={"type": "household"}, step_median_s=1.0, step_sigma=0.0)
+    with ray_pool(env, 3, step_timeout_s=3.0) as pool:
+        assert not pool.transport.owns_cluster
+        observations = pool.reset({slot: f"train-{slot}" for slot in range(4)})  # worker 0 holds slots 0 and 3
+        pids = [actor_pid(pool, w) for w in range(3)]
+        pool.submit("step", {slot: observations[slot].admissible_actions[0] for slot in range(4)})
+        time.sleep(0.3)  # every actor is inside its 1 s step
+        os.kill(pids[0], signal.SIGKILL)
+        os.kill(pids[1], signal.SIGSTOP)
+        answers = {}
+        while pool.pending:
+            answers.update(pool.receive())
+        assert answers[0] is None and answers[3] is None and answers[1] is None and answers[2] is not None
+        assert len(pool.faults) == 2
+        assert "worker 0 exited during a step" in pool.faults[0]
+        assert "worker 1 did not answer a step within the time limit (rl.env_pool.step_timeout_s = 3)" in pool.faults[1]
+        # The replacements serve new episodes.
+        assert all(o is not None for o in pool.reset({0: "train-0", 1: "train-1", 3: "train-3"}).values())
+        assert actor_pid(pool, 0) != pids[0] and actor_pid(pool, 1) != pids[1]
+        with pytest.raises(WorkerEnvError, match="Traceback"):
+            pool.reset({2: "no-such-split-7"})
+    assert ray.is_initialized()  # the test's own cluster stays up for it to stop
+
+
+def test_ray_workers_that_do_not_fit_the_local_cluster_are_refused(cluster):
+    with pytest.raises(ConfigError, match="rl.env_pool.ray.num_cpus: 3 workers x 1 CPUs do not fit"):
+        EnvPool(HouseholdEnvConfig(), EnvPoolConfig(backend="ray", workers=3))
+
+
+class KillsActorOnCall:
+    """The trainer's real sampler, which SIGKILLs environment actor 0 just before its `at`-th batch."""
+
+    def __init__(self, sampler, pool, at):
+        self.sampler, self.pool, self.at, self.calls = sampler, pool, at, 0
+
+    def generate(self, prompts, sampling):
+        self.calls += 1
+        if self.calls == self.at:
+            os.kill(actor_pid(self.pool, 0), signal.SIGKILL)
+        return self.sampler.generate(prompts, sampling)
+
+    def update_weights(self, weights):
+        self.sampler.update_weights(weights)
+
+    def sleep(self):
+        self.sampler.sleep()
+
+
+@pytest.mark.parametrize("mode", ["lockstep", "async"])
+def test_a_training_step_on_ray_actors_survives_a_killed_actor(cluster, tiny_model_dir, tmp_path, mode):
+    config = small_config(tmp_path / "run", 1, env_pool={"backend": "ray", "workers": 6, "ray": {"num_cpus": 0.25}},
+                          rollout={"mode": mode, "batch_window_s": 0.0})
+    with RLTrainer(config, str(tiny_model_dir), Path(config.run_dir)) as trainer:
+        trainer.sampler = KillsActorOnCall(trainer.sampler, trainer.pool, at=2)
+        metrics = trainer.train_step()
+        assert metrics["rollout/aborted"] == 1 and metrics["rollout/dropped_groups"] == 1
+        assert len(trainer.pool.faults) == 1
+        metrics = trainer.train_step()  # the replacement serves the next step
+        assert metrics["rollout/aborted"] == 0

@@ -1,0 +1,101 @@
+"""Lock-step and async rollouts: the same episodes for a sampler whose output depends only on its
+prompt, whatever order the environments answer in."""
+
+import pytest
+
+from agentrl.config import EnvPoolConfig, LatencyEnvConfig, PromptConfig, SamplingConfig
+from agentrl.envs.pool import EnvPool
+from agentrl.models import load_model, load_tokenizer
+from agentrl.rollout.collect import collect
+from agentrl.sampler.hf import HFSampler
+
+from conftest import COMPACT
+
+GREEDY = SamplingConfig(temperature=0.0, max_new_tokens=8)
+PROMPT = PromptConfig(template=COMPACT, history_length=1, require_think=False)
+
+
+class OneAtATime:
+    """The real HF sampler, greedy, one prompt per call: each output depends on its prompt only."""
+
+    def __init__(self, sampler):
+        self.sampler, self.batches = sampler, []
+
+    def generate(self, prompts, params):
+        self.batches.append(len(prompts))
+        return [self.sampler.generate([p], params)[0] for p in prompts]
+
+
+class Streaming(OneAtATime):
+    """The same, behind the streaming interface (start / advance) that the vLLM engine offers:
+    each `advance` finishes the oldest request in flight."""
+
+    def __init__(self, sampler):
+        super().__init__(sampler)
+        self.queue = []
+
+    def start(self, key, prompt, params):
+        self.queue.append((key, prompt, params))
+
+    def advance(self):
+        if not self.queue:
+            return []
+        key, prompt, params = self.queue.pop(0)
+        return [(key, self.generate([prompt], params)[0])]
+
+
+def transcript(trajectories):
+    return [(t.task_id, t.group_id, t.success, t.aborted,
+             [(s.prompt, s.response_ids, s.logprobs, s.action, s.reward) for s in t.steps]) for t in trajectories]
+
+
+@pytest.fixture(scope="module")
+def sampler(tiny_model_dir):
+    return HFSampler(load_model(tiny_model_dir), load_tokenizer(tiny_model_dir)), load_tokenizer(tiny_model_dir)
+
+
+@pytest.mark.parametrize("wrapper", [OneAtATime, Streaming], ids=["batched", "streaming"])
+def test_async_plays_the_same_episodes_as_lockstep(sampler, wrapper):
+    hf, tokenizer = sampler
+    # Heavy-tailed step latency in 3 worker processes: the environments answer out of order.
+    env = LatencyEnvConfig(inner={"type": "household", "max_steps": 4}, step_median_s=0.01, step_sigma=1.5)
+    tasks = ["train-3", "train-8"]
+    runs = {}
+    with EnvPool(env, EnvPoolConfig(workers=3)) as pool:
+        for mode in ("lockstep", "async"):
+            timing, ended = {}, []
+            runs[mode] = (wrapper(hf), timing, ended)
+            trajectories = collect(pool, runs[mode][0], tokenizer, tasks, 3, PROMPT, GREEDY, timing=timing,
+                                   finished=ended.append, mode=mode, batch_window_s=0.005)
+            runs[mode] += (transcript(trajectories),)
+    (lock, lock_timing, lock_ended, expected), (fast, timing, ended, got) = runs["lockstep"], runs["async"]
+    assert got == expected
+    assert sum(ended) == sum(lock_ended) == 6
+    assert sum(len(steps) for *_, steps in got) == sum(fast.batches) > 6  # every step sampled once
+    assert timing["gen"] > 0 and timing["env"] > 0
+    if wrapper is OneAtATime:  # lockstep: one batch per turn; async: batches as episodes became ready
+        assert len(lock.batches) == 4 and len(fast.batches) > len(lock.batches)
+
+
+class KillsWorkerZero(OneAtATime):
+    """Kills worker 0's process (slot 0's environment) at its `at`-th call."""
+
+    def __init__(self, sampler, pool, at):
+        super().__init__(sampler)
+        self.pool, self.at = pool, at
+
+    def generate(self, prompts, params):
+        if len(self.batches) + 1 == self.at:
+            self.pool.transport.procs[0].kill()
+        return super().generate(prompts, params)
+
+
+def test_a_worker_killed_in_async_mode_aborts_its_episode_only(sampler):
+    hf, tokenizer = sampler
+    env = LatencyEnvConfig(inner={"type": "household", "max_steps": 4}, step_median_s=0.01, step_sigma=1.0)
+    with EnvPool(env, EnvPoolConfig(workers=6)) as pool:
+        trajectories = collect(pool, KillsWorkerZero(hf, pool, at=3), tokenizer, ["train-3", "train-8"], 3, PROMPT,
+                               GREEDY, mode="async", batch_window_s=0.0)
+        assert len(pool.faults) == 1
+    assert [t.aborted for t in trajectories] == [True] + [False] * 5
+    assert all(len(t.steps) == 4 or t.success for t in trajectories[1:])
