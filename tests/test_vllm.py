@@ -120,3 +120,33 @@ def test_trained_tokens_are_the_sampled_tokens_with_the_vllm_sampler(tiny_model_
     import twostep
 
     assert_round_trip(twostep.config(tmp_path, 1, temperature=0.8, sampler={"type": "vllm"}), tiny_model_dir)
+
+
+def test_async_rollouts_stream_requests_into_the_engine(tiny_model_dir):
+    """rollout.mode async with vLLM: each episode's request enters the engine when its environment
+    answers (environments with heavy-tailed latency, in 3 processes), and every generation comes
+    back to its own episode: the actor scores each sampled response, after its own prompt, as
+    vLLM did."""
+    from agentrl.config import EnvPoolConfig, LatencyEnvConfig, PromptConfig
+    from agentrl.envs.pool import EnvPool
+    from agentrl.rollout.collect import collect
+
+    from conftest import COMPACT
+
+    tokenizer, model = load_tokenizer(tiny_model_dir), load_model(tiny_model_dir)
+    sampler = VLLMSampler(str(tiny_model_dir), tokenizer, VLLMSamplerConfig(), "float32", seed=0)
+    advanced = []
+    advance = sampler.advance
+    sampler.advance = lambda: advanced.append(advance()) or advanced[-1]
+    env = LatencyEnvConfig(inner={"type": "household", "max_steps": 4}, step_median_s=0.02, step_sigma=1.5)
+    prompt = PromptConfig(template=COMPACT, history_length=1, require_think=False)
+    with EnvPool(env, EnvPoolConfig(workers=3)) as pool:
+        torch.manual_seed(0)
+        trajectories = collect(pool, sampler, tokenizer, ["train-3", "train-8"], 3, prompt,
+                               SamplingConfig(temperature=1.0, max_new_tokens=8), mode="async")
+    steps = [s for t in trajectories for s in t.steps]
+    assert len(trajectories) == 6 and not any(t.aborted for t in trajectories)
+    assert len(steps) == sum(len(done) for done in advanced) and len(advanced) > 8  # engine steps, not batches
+    expected = actor_logprobs(model, [s.prompt_ids + s.response_ids for s in steps], [len(s.prompt_ids) for s in steps])
+    for step, ref in zip(steps, expected):
+        torch.testing.assert_close(torch.tensor(step.logprobs), torch.tensor(ref), atol=1e-4, rtol=0)

@@ -26,3 +26,14 @@ class Sampler(Protocol):
     def sleep(self) -> None:
         """Free what the sampler holds while the actor trains (until the next update_weights)."""
         ...
+
+
+class StreamingSampler(Sampler, Protocol):
+    """A sampler that takes requests one at a time and returns generations as they finish
+    (continuous batching); asynchronous rollouts hand it each episode as soon as it is ready."""
+
+    def start(self, key: int, prompt: list[int], params) -> None: ...
+
+    def advance(self) -> list[tuple[int, Generation]]:
+        """Do one unit of work on the requests in flight; the (key, generation) pairs it finished."""
+        ...
