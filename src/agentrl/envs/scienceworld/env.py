@@ -8,7 +8,14 @@ The expert replays the gold path generated at load.
 Prompts: a state has hundreds of valid actions (median ~8.7k characters as a flat list), and the
 engine's parser also takes free text that is not in that list (14% of gold-path actions are not).
 So the prompt shows the action templates and the objects in view (`objects_budget` characters);
-`admissible_actions` keeps the engine's full valid list for whoever needs it.
+`admissible_actions` holds the engine's full valid list only with `valid_actions: true`.
+
+Cost per step (measured, benchmarks/env_throughput.py): the engine's own Python wrapper makes 8
+py4j round trips per step plus one per element of each list it converts (~230 for a 115-action
+valid list), and the valid-action enumeration itself takes ~8 ms on more than one core of its
+JVM. Here a step is 4 round trips (step, score, completed, the objects joined into one string in
+the JVM), and the valid list, when asked for, one more: ~600 steps/s without it, ~100 with it,
+against ~50 through the wrapper.
 """
 
 from __future__ import annotations
@@ -39,15 +46,16 @@ def read_split(path: Path, part: str) -> list[tuple[int, int]]:
 
 class ScienceWorldEnv:
     def __init__(self, splits_dir: str | None = None, train_split: str = "l0", max_steps: int = 30,
-                 simplification: str = "easy", jvm_heap: str = "512m", objects_budget: int = 1500):
+                 simplification: str = "easy", jvm_heap: str = "512m", objects_budget: int = 1500,
+                 valid_actions: bool = False, jvm_options: str = ""):
         from scienceworld import ScienceWorldEnv as Engine
 
         logging.getLogger("py4j").setLevel(logging.CRITICAL)  # a dead JVM floods the log otherwise
         self.splits_dir = Path(splits_dir) if splits_dir else None
         self.train_split, self.max_steps = train_split, max_steps
-        self.simplification, self.objects_budget = simplification, objects_budget
+        self.simplification, self.objects_budget, self.valid_actions = simplification, objects_budget, valid_actions
         previous = os.environ.get("JAVA_TOOL_OPTIONS")
-        os.environ["JAVA_TOOL_OPTIONS"] = f"-Xmx{jvm_heap}"  # read by the JVM py4j launches now
+        os.environ["JAVA_TOOL_OPTIONS"] = f"-Xmx{jvm_heap} {jvm_options}".strip()  # read by the JVM launched now
         try:
             self._engine = Engine("", envStepLimit=10**6)  # our step limit, not the engine's
         finally:
@@ -55,7 +63,9 @@ class ScienceWorldEnv:
                 os.environ.pop("JAVA_TOOL_OPTIONS")
             else:
                 os.environ["JAVA_TOOL_OPTIONS"] = previous
-        self.task_names: list[str] = list(self._engine.get_task_names())
+        self._server = self._engine.server
+        self._join = self._engine._gateway.jvm.java.lang.String.join
+        self.task_names: list[str] = self._strings(self._server.getTaskNames())
         self.templates = [t for t in self._engine.get_possible_actions() if t != "reset task"]
         self._splits: dict[str, list[str]] = {}
         self.task_id: str | None = None
@@ -86,11 +96,12 @@ class ScienceWorldEnv:
         if name not in self.task_names or not variation.isdigit():
             raise ValueError(f"ScienceWorld task id {task_id!r} is not '<task name>/<variation>'")
         self._engine.load(name, int(variation), simplificationStr=self.simplification, generateGoldPath=True)
-        text, self.info = self._engine.reset()
-        self.task_id, self.steps, self.score = task_id, 0, 0
-        self.gold = list(self._engine.get_gold_action_sequence())
+        self._server.reset()
+        text = self._server.step("look around")  # the engine's own reset does this first move too
+        self.task_id, self.steps, self.score = task_id, 0, 0  # the points of this first look count in step 1
+        self.gold = self._strings(self._server.getGoldActionSequence())
         self.expert_step = 0
-        self.task = self.info["taskDesc"].strip()
+        self.task = self._server.freeActionTaskDesc().strip()
         return self._observation(text)
 
     def step(self, action: str | None) -> StepResult:
@@ -102,9 +113,10 @@ class ScienceWorldEnv:
         if action is None:
             text, engine_done = NOT_UNDERSTOOD, False
         else:
-            text, _, engine_done, self.info = self._engine.step(action)
-            self.score = self.info["score"]
-        reward = self.score - previous  # from 0 at reset: the points of the reset's own look count
+            text = self._server.step(action)
+            self.score = int(round(100 * self._server.getScore()))  # the engine's 0..1 as 0..100
+            engine_done = bool(self._server.getCompleted())
+        reward = self.score - previous
         understood = action is not None and not text.startswith(NOT_UNDERSTOOD)
         success = self.score >= 100
         done = success or engine_done or self.score < 0 or self.steps >= self.max_steps
@@ -123,15 +135,22 @@ class ScienceWorldEnv:
             except subprocess.TimeoutExpired:
                 process.kill()
 
+    def _strings(self, java_list) -> list[str]:
+        """A Java list of strings in one round trip (iterating it costs two per element)."""
+        joined = self._join("\n", java_list)
+        return joined.split("\n") if joined else []
+
     def _observation(self, text: str) -> Observation:
-        objects = ", ".join(self._engine.get_possible_objects())
+        names = self._strings(self._server.getPossibleObjects())
+        objects = ", ".join(names)
         if len(objects) > self.objects_budget:
             objects = objects[:self.objects_budget].rsplit(", ", 1)[0] + ", ..."
         listing = (f"templates (OBJ = an object): {', '.join(self.templates)}\n"
                    f"objects: {objects}")
-        valid = [a for a in self.info["valid"] if a != "reset task"]
+        valid = ([a for a in self._strings(self._server.getValidActionObjectCombinations()) if a != "reset task"]
+                 if self.valid_actions else [])
         return Observation(text=text, task=self.task, admissible_actions=valid, anchor=text,
-                           info={"task_type": self.task_type(self.task_id)}, actions_text=listing)
+                           info={"task_type": self.task_type(self.task_id), "objects": names}, actions_text=listing)
 
     # --- expert --------------------------------------------------------------------------------
     def expert_action(self) -> tuple[str, str]:
