@@ -98,3 +98,22 @@ def test_scienceworld_workers_leave_no_jvm_behind(scienceworld_splits):
     while set(java_processes()) - before and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not set(java_processes()) - before
+
+
+def test_a_dead_worker_aborts_every_message_it_still_owed():
+    """Async rollouts queue one message per episode: a worker holding several slots owes several
+    answers when it dies, and every one of them is an aborted episode; the others go on."""
+    from agentrl.config import LatencyEnvConfig
+
+    env = LatencyEnvConfig(inner={"type": "household"}, step_median_s=0.5, step_sigma=0.0)
+    with EnvPool(env, EnvPoolConfig(workers=2)) as pool:  # worker 0 holds slots 0 and 2
+        observations = pool.reset({slot: f"train-{slot}" for slot in range(3)})
+        for slot in (0, 2, 1):
+            pool.submit("step", {slot: observations[slot].admissible_actions[0]})
+        pool.transport.procs[0].kill()
+        answers = {}
+        while pool.pending:
+            answers.update(pool.receive())
+        assert answers[0] is None and answers[2] is None and answers[1] is not None
+        assert len(pool.faults) == 1 and "worker 0 exited during a step" in pool.faults[0]
+        assert all(pool.reset({0: "train-0", 2: "train-2"}).values())  # the replacement serves new episodes

@@ -159,8 +159,7 @@ class RayWorkers:
         self.ray, self.config = ray, env_config
         self.owns_cluster = not ray.is_initialized()
         if self.owns_cluster:
-            ray.init(address=cfg.ray.address, include_dashboard=False, log_to_driver=True,
-                     runtime_env={"env_vars": {"RAY_DEDUP_LOGS": "0"}})
+            ray.init(address=cfg.ray.address, include_dashboard=False)
         have = ray.cluster_resources().get("CPU", 0)
         if cfg.ray.address is None and not os.environ.get("RAY_ADDRESS") and have < workers * cfg.ray.num_cpus:
             self.close()
