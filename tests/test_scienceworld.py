@@ -12,7 +12,7 @@ from conftest import java_processes
 
 @pytest.fixture(scope="module")
 def env(scienceworld_splits):
-    env = ScienceWorldEnv(splits_dir=scienceworld_splits, max_steps=200)
+    env = ScienceWorldEnv(splits_dir=scienceworld_splits, max_steps=200, valid_actions=True)
     yield env
     env.close()
 
@@ -28,6 +28,8 @@ def test_splits_have_the_documented_sizes(env, scienceworld_splits):
         l2_test_types = {l2.task_type(t) for t in l2.split_tasks("l2")}
         assert len(l2.split_tasks("train")) == 2242 and len(l2_test_types) == 10
         assert not l2_train_types & l2_test_types  # held-out task types
+        obs = l2.reset(l2.split_tasks("l2")[0])  # by default the valid actions are not listed
+        assert obs.admissible_actions == [] and obs.info["objects"] and "objects: " in obs.actions_text
     finally:
         l2.close()
 
@@ -59,6 +61,10 @@ def test_gold_paths_score_100_across_tasks(env):
 def test_prompt_listing_stays_in_budget(env):
     obs = env.reset(env.split_tasks("l1")[0])
     assert len(obs.admissible_actions) > 50 and "reset task" not in obs.admissible_actions
+    # Lists come out of the JVM joined in one call: the same as the engine's element by element.
+    engine_list = [a for a in env._engine.get_valid_action_object_combinations() if a != "reset task"]
+    assert obs.admissible_actions == engine_list
+    assert obs.info["objects"] == list(env._engine.get_possible_objects())
     assert obs.actions_text.startswith("templates") and len(obs.actions_text) < 2500
     result = env.step(None)
     assert not result.info["admissible"] and result.progress is False and not result.done

@@ -1,0 +1,98 @@
+"""GRPO steps of the household environment, timed by phase, with peak memory: the GPU check of a
+model shape at the papers' rollout size (16 tasks x 8 rollouts).
+
+A random-init Qwen2 model of the given shape (the vocabulary of the real model, the tokenizer a
+small one trained on household text: its ids are a prefix of the vocabulary), the HF sampler, the
+actor backend asked for, and `--steps` training steps through `RLTrainer.train_step` (the code
+`agentrl train` runs). Per step: the trainer's phase times (rollout generation and environment,
+update, ...), and the peak memory (`torch.cuda.max_memory_allocated` on a GPU; on CPU the peak
+resident memory). Rows are appended to benchmarks/results/grpo_step.csv.
+
+    python benchmarks/grpo_step.py --shape tiny --tasks 2 --group 2                # CPU check
+    torchrun --nproc_per_node 1 benchmarks/grpo_step.py --shape qwen2.5-1.5b \\
+        --dtype bfloat16 --backend fsdp2 --activation-checkpointing                   # one GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from agentrl import distributed
+from agentrl.config import HouseholdEnvConfig, PromptConfig, TinyModelConfig, validate_config
+from agentrl.envs import make_env
+from agentrl.models import init_tiny_model
+from agentrl.plan import KNOWN_MODELS
+from agentrl.trainer import RLTrainer
+from memory_plan import resident_bytes
+from results_csv import append_rows, commit
+
+SHAPES = {"tiny": dict(hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=2,
+                       num_key_value_heads=1, vocab_size=1024, tie_word_embeddings=True),
+          "qwen2.5-1.5b": KNOWN_MODELS["Qwen/Qwen2.5-1.5B-Instruct"]}
+
+
+def make_model(folder: Path, shape: str, dtype: str) -> None:
+    """The shape's random-init model beside a small household tokenizer (ids < its vocabulary)."""
+    init_tiny_model(folder, TinyModelConfig(vocab_size=1024), make_env(HouseholdEnvConfig()), PromptConfig())
+    tiny = json.loads((folder / "config.json").read_text())
+    config = Qwen2Config(**{**SHAPES[shape], "vocab_size": max(SHAPES[shape]["vocab_size"], tiny["vocab_size"])},
+                         bos_token_id=tiny["bos_token_id"], eos_token_id=tiny["eos_token_id"],
+                         pad_token_id=tiny.get("pad_token_id"), max_position_embeddings=4096)
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(config).to(getattr(torch, dtype)).save_pretrained(folder)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shape", default="tiny", choices=list(SHAPES))
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--backend", default="single", choices=["single", "fsdp2"])
+    parser.add_argument("--activation-checkpointing", action="store_true")
+    parser.add_argument("--tasks", type=int, default=16)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=0, help="environment worker processes")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "grpo_step.csv"))
+    args = parser.parse_args()
+    cuda = torch.cuda.is_available()
+    folder = Path(tempfile.mkdtemp()) / "model"
+    if distributed.rank() == 0:
+        make_model(folder, args.shape, args.dtype)
+    actor = {"backend": args.backend, "activation_checkpointing": args.activation_checkpointing}
+    config = validate_config({
+        "seed": 0, "run_dir": str(folder.parent / "run"), "model": {"path": str(folder), "dtype": args.dtype},
+        "env": {"type": "household"}, "sampling": {"max_new_tokens": args.max_new_tokens},
+        "rl": {"steps": args.steps, "tasks_per_step": args.tasks, "group_size": args.group,
+               "mini_batch_size": args.tasks * args.group * 4, "micro_batch_tokens": 16384, "actor": actor,
+               "env_pool": {"workers": args.workers}, "check_logprobs_every": 0, "save_rollouts": 0},
+        "eval": {"episodes": 1, "splits": ["l0"]},
+    })
+    rows = []
+    with RLTrainer(config, str(folder), Path(config.run_dir)) as trainer:
+        for step in range(1, args.steps + 1):
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            metrics = trainer.train_step()
+            peak = torch.cuda.max_memory_allocated() if cuda else resident_bytes("VmHWM")
+            row = {"shape": args.shape, "dtype": args.dtype, "backend": args.backend,
+                   "checkpointing": args.activation_checkpointing, "tasks": args.tasks, "group": args.group,
+                   "device": torch.cuda.get_device_name() if cuda else "cpu", "commit": commit(), "step": step,
+                   "peak_gib": round(peak / 2**30, 2),
+                   **{k.removeprefix("timing_s/"): round(v, 2) for k, v in metrics.items()
+                      if k.startswith("timing_s/")},
+                   "gen_tokens_per_s": round(metrics["throughput/gen_tokens_per_s"], 1)}
+            rows.append(row)
+            print(row, flush=True)
+    if distributed.rank() == 0:
+        append_rows(args.out, rows)
+
+
+if __name__ == "__main__":
+    main()
