@@ -61,10 +61,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=0, help="environment worker processes")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "grpo_step.csv"))
     args = parser.parse_args()
+    distributed.init_from_env()  # one rank (fsdp2 needs a process group)
     cuda = torch.cuda.is_available()
     folder = Path(tempfile.mkdtemp()) / "model"
-    if distributed.rank() == 0:
-        make_model(folder, args.shape, args.dtype)
+    make_model(folder, args.shape, args.dtype)
     actor = {"backend": args.backend, "activation_checkpointing": args.activation_checkpointing}
     config = validate_config({
         "seed": 0, "run_dir": str(folder.parent / "run"), "model": {"path": str(folder), "dtype": args.dtype},
@@ -83,15 +83,14 @@ def main() -> None:
             peak = torch.cuda.max_memory_allocated() if cuda else resident_bytes("VmHWM")
             row = {"shape": args.shape, "dtype": args.dtype, "backend": args.backend,
                    "checkpointing": args.activation_checkpointing, "tasks": args.tasks, "group": args.group,
-                   "device": torch.cuda.get_device_name() if cuda else "cpu", "commit": commit(), "step": step,
+                   "device": torch.cuda.get_device_name() if cuda else "cpu", "commit": commit(), "rl_step": step,
                    "peak_gib": round(peak / 2**30, 2),
-                   **{k.removeprefix("timing_s/"): round(v, 2) for k, v in metrics.items()
+                   **{k.removeprefix("timing_s/") + "_s": round(v, 2) for k, v in metrics.items()
                       if k.startswith("timing_s/")},
                    "gen_tokens_per_s": round(metrics["throughput/gen_tokens_per_s"], 1)}
             rows.append(row)
             print(row, flush=True)
-    if distributed.rank() == 0:
-        append_rows(args.out, rows)
+    append_rows(args.out, rows)
 
 
 if __name__ == "__main__":
