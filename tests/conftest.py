@@ -51,8 +51,8 @@ def scienceworld_splits():
     return str(SCIENCEWORLD_SPLITS)
 
 
-def java_processes(marker: str = "scienceworld") -> list[int]:
-    """PIDs of running JVMs whose command line mentions `marker` (orphan checks)."""
+def processes(matches) -> list[int]:
+    """PIDs of running processes whose command line `matches` (a predicate on the text)."""
     pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -60,9 +60,14 @@ def java_processes(marker: str = "scienceworld") -> list[int]:
                 cmdline = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace")
             except OSError:
                 continue
-            if "java" in cmdline and marker in cmdline:
+            if matches(cmdline):
                 pids.append(int(entry))
     return pids
+
+
+def java_processes(marker: str = "scienceworld") -> list[int]:
+    """PIDs of running JVMs whose command line mentions `marker` (orphan checks)."""
+    return processes(lambda cmdline: "java" in cmdline and marker in cmdline)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -16,22 +16,15 @@ from agentrl.config import ConfigError, EnvPoolConfig, HouseholdEnvConfig, Laten
 from agentrl.envs.pool import EnvPool, WorkerEnvError  # noqa: E402
 from agentrl.trainer import RLTrainer  # noqa: E402
 
+from conftest import processes  # noqa: E402
 from test_pool import play  # noqa: E402
 from test_trainer import small_config  # noqa: E402
 
 
 def ray_processes() -> list[int]:
     """PIDs of Ray's own processes (the cluster's daemons and its workers)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace")
-            except OSError:
-                continue
-            if any(marker in cmdline for marker in ("raylet", "gcs_server", "ray::", "default_worker.py")):
-                pids.append(int(entry))
-    return pids
+    markers = ("raylet", "gcs_server", "ray::", "default_worker.py")
+    return processes(lambda cmdline: any(marker in cmdline for marker in markers))
 
 
 def assert_nothing_left(before: set[int]) -> None:

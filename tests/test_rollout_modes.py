@@ -68,7 +68,7 @@ def test_async_plays_the_same_episodes_as_lockstep(sampler, wrapper):
             trajectories = collect(pool, runs[mode][0], tokenizer, tasks, 3, PROMPT, GREEDY, timing=timing,
                                    finished=ended.append, mode=mode, batch_window_s=0.005)
             runs[mode] += (transcript(trajectories),)
-    (lock, lock_timing, lock_ended, expected), (fast, timing, ended, got) = runs["lockstep"], runs["async"]
+    (lock, _, lock_ended, expected), (fast, timing, ended, got) = runs["lockstep"], runs["async"]
     assert got == expected
     assert sum(ended) == sum(lock_ended) == 6
     assert sum(len(steps) for *_, steps in got) == sum(fast.batches) > 6  # every step sampled once
