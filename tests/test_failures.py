@@ -133,8 +133,8 @@ def test_debug_shows_the_traceback(tmp_path):
 def test_ctrl_c_stops_with_one_line_and_no_worker_left(tmp_path, tiny_model_dir):
     """SIGINT to the whole process group (what a terminal sends) during RL with worker
     processes: exit 130, one line saying where, no worker traceback, no process left."""
-    recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run"), rl__steps=50, rl__env_pool__workers=2,
-                                                  rl__tasks_per_step=2))
+    recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run"), rl__steps=100_000,
+                                                  rl__env_pool__workers=2, rl__tasks_per_step=2))  # never done first
     proc = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "train", recipe, "--model", str(tiny_model_dir)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     logs = tmp_path / "run" / "rl" / "logs" / "metrics.jsonl"
