@@ -135,8 +135,10 @@ def test_ctrl_c_stops_with_one_line_and_no_worker_left(tmp_path, tiny_model_dir)
     processes: exit 130, one line saying where, no worker traceback, no process left."""
     recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run"), rl__steps=100_000,
                                                   rl__env_pool__workers=2, rl__tasks_per_step=2))  # never done first
+    # As from a terminal: SIGINT handled (a suite run as a background job inherits it ignored).
     proc = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "train", recipe, "--model", str(tiny_model_dir)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     logs = tmp_path / "run" / "rl" / "logs" / "metrics.jsonl"
     deadline = time.time() + 240
     while not (logs.exists() and logs.read_text().strip()) and time.time() < deadline and proc.poll() is None:
