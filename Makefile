@@ -10,21 +10,37 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: help demo test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
+.PHONY: help demo demo-seeds lock test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
 	pipeline sft rl eval plan
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 22
 
-$(STAMP): pyproject.toml
+# Every other package at the version constraints.txt names (`make lock` regenerates it), so that
+# package drift is not a second source of difference between two machines' results.
+$(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
 	touch $(STAMP)
+
+lock:  ## rewrite constraints.txt and constraints-vllm.txt from fresh installs of pyproject.toml's dependencies
+	rm -rf .venv-lock && python3 -m venv .venv-lock && .venv-lock/bin/pip install -q $(TORCH) && \
+		.venv-lock/bin/pip install -q -e '.[test]' && \
+		{ sed -n 1,2p constraints.txt; .venv-lock/bin/pip freeze --exclude-editable | grep -v '^torch=='; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt && rm -rf .venv-lock
 
 demo: $(STAMP)  ## the demo pipeline (recipes/demo.yaml)
 	$(VENV)/bin/agentrl run recipes/demo.yaml
+
+# The demo once per seed (init, SFT and RL all seeded: the whole run is the unit), each in its own
+# folder and continuing where it stopped, then SFT vs RL paired over the seeds.
+DEMO_SEEDS ?= 0 1 2 3 4
+demo-seeds: $(STAMP)  ## the demo at each of DEMO_SEEDS, then SFT vs RL over seeds (about 10 min a seed)
+	for seed in $(DEMO_SEEDS); do $(VENV)/bin/agentrl run recipes/demo.yaml --set seed=$$seed \
+		--set run_dir=runs/demo-seeds/seed$$seed --set model.path=runs/demo-seeds/seed$$seed/model-init || exit 1; done
+	$(VENV)/bin/agentrl compare --runs sft=runs/demo-seeds@sft --runs rl=runs/demo-seeds@rl --out runs/demo-seeds/compare
 
 # The phases of any recipe: RECIPE=..., SET="key=value key2=value2" (overrides; no spaces inside
 # a value), NPROC=N (SFT and RL on N ranks through torchrun), MODEL=... (RL's starting model;
@@ -89,13 +105,13 @@ COMPARE := runs/compare-estimators
 compare-estimators: $(STAMP)  ## GRPO / RLOO / GiGPO / GAGPO / PPO, 3 seeds (about an hour)
 	$(VENV)/bin/agentrl run recipes/demo.yaml --set run_dir=$(COMPARE)/coldstart \
 		--set model.path=$(COMPARE)/coldstart/model-init --set rl.steps=0
-	$(PY) benchmarks/compare.py --recipe recipes/demo.yaml --model $(COMPARE)/coldstart/sft/model \
-		--out $(COMPARE) --seeds 1 2 3 --set rl.steps=30 \
-		--variant "grpo:" \
-		--variant "rloo:rl.advantage={type: rloo}" \
-		--variant "gigpo:rl.advantage={type: gigpo}" \
-		--variant "gagpo:rl.advantage={type: gagpo};rl.loss={type: seq_ratio}" \
-		--variant "ppo:rl.advantage={type: ppo, critic_lr: 5.0e-4}"
+	$(VENV)/bin/agentrl compare recipes/demo.yaml --model $(COMPARE)/coldstart/sft/model \
+		--out $(COMPARE) --seeds $(SEEDS) --set rl.steps=30 \
+		--method "grpo:" \
+		--method "rloo:rl.advantage={type: rloo}" \
+		--method "gigpo:rl.advantage={type: gigpo}" \
+		--method "gagpo:rl.advantage={type: gagpo};rl.loss={type: seq_ratio}" \
+		--method "ppo:rl.advantage={type: ppo, critic_lr: 5.0e-4}"
 
 # GRPO vs GRPO + GCD (generative judge, and the value-head classifier ablation) and GiGPO + GCD
 # from one cold start with judgment data, 3 seeds each, equal budget, plus the coupling lab on
@@ -104,12 +120,12 @@ GCD_RUNS := runs/compare-gcd
 compare-gcd: $(STAMP)  ## GRPO vs GRPO + GCD, 3 seeds (about 40 minutes)
 	$(VENV)/bin/agentrl run recipes/gcd.yaml --set run_dir=$(GCD_RUNS)/coldstart \
 		--set model.path=$(GCD_RUNS)/coldstart/model-init --set rl.steps=0
-	$(PY) benchmarks/compare.py --recipe recipes/gcd.yaml --model $(GCD_RUNS)/coldstart/sft/model \
-		--out $(GCD_RUNS) --seeds 1 2 3 --coupling $(GCD_RUNS)/coldstart/eval/sft/trajectories_l0.jsonl \
-		--variant "grpo:rl.aux=[]" \
-		--variant "grpo+gcd:" \
-		--variant "grpo+gcd-classifier:rl.aux=[{type: gcd, judge: classifier, pairs_per_step: 16, eval_pairs: 40}]" \
-		--variant "gigpo+gcd:rl.advantage={type: gigpo}"
+	$(VENV)/bin/agentrl compare recipes/gcd.yaml --model $(GCD_RUNS)/coldstart/sft/model \
+		--out $(GCD_RUNS) --seeds $(SEEDS) --coupling $(GCD_RUNS)/coldstart/eval/sft/trajectories_l0.jsonl \
+		--method "grpo:rl.aux=[]" \
+		--method "grpo+gcd:" \
+		--method "grpo+gcd-classifier:rl.aux=[{type: gcd, judge: classifier, pairs_per_step: 16, eval_pairs: 40}]" \
+		--method "gigpo+gcd:rl.advantage={type: gigpo}"
 
 clean:
 	rm -rf runs .pytest_cache

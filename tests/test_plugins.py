@@ -1,6 +1,6 @@
 """The README's worked example, run exactly as written: a user's environment and estimator in a
 file outside the package, through `agentrl run --import`, the saved config, a changed setting,
-and `benchmarks/compare.py`. Plus the registries' own rules."""
+and `agentrl compare`. Plus the registries' own rules."""
 
 import json
 import re
@@ -70,11 +70,12 @@ def test_the_readme_plugin_example_end_to_end(tmp_path, monkeypatch, capsys):
     assert (run / "sft" / "model" / "model.safetensors").stat().st_mtime_ns != sft_stamp
     assert load_config(run / "config.yaml").sft.epochs == 3
 
-    assert compare[:2] == ["python", "benchmarks/compare.py"]
-    done = subprocess.run([sys.executable, str(ROOT / compare[1]), *compare[2:]], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    methods = json.loads((user / "runs" / "guess-compare" / "summary.json").read_text())
-    assert list(methods) == ["grpo", "loo_median"] and all(len(m["l0"]["per_seed"]) == 2 for m in methods.values())
+    assert compare[:2] == ["agentrl", "compare"]
+    assert main(compare[1:]) == 0
+    summary = json.loads((user / "runs" / "guess-compare" / "summary.json").read_text())
+    assert list(summary["methods"]) == ["grpo", "loo_median"]
+    assert all(len(m["l0"]["per_seed"]) == 2 for m in summary["methods"].values())
+    assert summary["pairs"]["grpo - loo_median"]["seeds"] == [1, 2]
     variant = load_config(user / "runs" / "guess-compare" / "loo_median" / "seed1" / "config.yaml")
     assert variant.rl.advantage.type == "loo_median"
 

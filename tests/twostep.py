@@ -75,9 +75,9 @@ def first_prompt(task_id: str = "train-0") -> str:
     return render_prompt(TEMPLATE, env.reset(task_id), [], 0, 1)
 
 
-def write_choice_data(path: Path) -> None:
-    """Both actions equally often in every state the task can reach: a policy fine-tuned on this
-    picks either with probability about 1/2."""
+def write_choice_data(path: Path, actions: tuple[str, ...] = (GOOD, BAD)) -> None:
+    """`actions` equally often in every state the task can reach: a policy fine-tuned on this
+    picks each with probability about 1 / len(actions)."""
     env, rows = TwoStepEnv(), []
     for i in range(4):
         for first in (GOOD, BAD):
@@ -86,7 +86,7 @@ def write_choice_data(path: Path) -> None:
             after = env.step(first).observation
             prompts.append(render_prompt(TEMPLATE, after, [HistoryEntry(obs.text, first)], 1, 1))
             for prompt in prompts:
-                for action in (GOOD, BAD):
+                for action in actions:
                     rows.append({"messages": [{"role": "user", "content": prompt},
                                               {"role": "assistant", "content": response(action)}]})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))

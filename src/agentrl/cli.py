@@ -93,6 +93,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--base", help="LoRA: the base model (default: the one the adapters name)")
 
+    p = sub.add_parser("compare", help="methods side by side over seeds: paired differences, intervals, "
+                       "detectable differences", description=_COMPARE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("recipe", nargs="?", help="train: the recipe every method starts from (omit with --runs)")
+    p.add_argument("--method", action="append", default=[], metavar="NAME:OVERRIDE;OVERRIDE",
+                   help="train: a method as overrides of the recipe (empty: the recipe as is; repeatable)")
+    p.add_argument("--model", help="train: the shared starting model (default: the recipe's model.path)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="train: seeds (default 1-5)")
+    p.add_argument("--set", "-s", action="append", default=[], metavar="KEY=VALUE", help="train: an override for every method")
+    p.add_argument("--import", action="append", default=[], dest="imports", metavar="MODULE_OR_FILE.py",
+                   help="train: a plugin to import first (repeatable)")
+    p.add_argument("--runs", action="append", default=[], metavar="DIR | NAME=DIR[@PHASE]",
+                   help="read: finished runs (DIR/<method>/<run>/, or one method's run folders; repeatable)")
+    p.add_argument("--out", help="folder for summary.md, summary.json, curves.png (default: the one --runs DIR)")
+    p.add_argument("--coupling", metavar="TRAJECTORIES.jsonl",
+                   help="train: also the coupling lab on these fixed steps, starting and final models")
+    p.add_argument("--coupling-pairs", type=int, default=16)
+
     p = sub.add_parser("plot", help="PNG figures of a run: evaluation success, rollouts, KL, sampler gap, step time")
     p.add_argument("run_dir", help="a run folder (runs/demo) or its rl/ folder")
     p.add_argument("--out", help="default: RUN_DIR/plots")
@@ -168,6 +185,8 @@ def _command(args) -> int:
         return 0
     if args.command == "analyze":
         return _analyze(args)
+    if args.command == "compare":
+        return _compare(args)
     config = load_config(args.recipe, args.set, args.imports)
     return _dispatch(args, config)
 
@@ -281,6 +300,48 @@ def _train(args, config) -> int:
     if distributed.is_main():
         print(json.dumps(results, indent=2))
     distributed.shutdown()
+    return 0
+
+
+_COMPARE_HELP = """Methods side by side, the training run being the unit: per method and split the mean
+success over seeds with a 95% bootstrap interval, and for each pair of methods the paired difference
+(same seeds, same task draws, same evaluation tasks) with its interval, the probability of
+improvement, the spread from training and from evaluation, and the smallest difference these seeds
+could detect. Writes summary.md, summary.json and curves.png.
+
+train:  agentrl compare RECIPE --model M --seeds 1 2 3 4 5 --out OUT \\
+            --method "grpo:" --method "gigpo:rl.advantage={type: gigpo}"
+read:   agentrl compare --runs OUT                   (OUT/<method>/<run>/)
+        agentrl compare --runs grpo=DIR --runs gigpo=DIR2 --out OUT
+        agentrl compare --runs sft=runs/seeds@sft --runs rl=runs/seeds@rl --out OUT   (agentrl run folders)"""
+
+
+def _compare(args) -> int:
+    from agentrl.compare import coupling, coupling_markdown, find_runs, train_methods, write_report
+
+    if args.recipe and args.runs:
+        raise ConfigError("compare: give a recipe with --method (train) or --runs (read), not both")
+    if args.runs:
+        methods = find_runs(args.runs)
+        out = args.out or (args.runs[0] if len(args.runs) == 1 and "=" not in args.runs[0] else None)
+        if out is None:
+            raise ConfigError("compare: --out is needed with several --runs or NAME=DIR")
+        extra, extra_md = {}, ""
+    else:
+        if not args.recipe or not args.method or not args.out:
+            raise ConfigError("compare: give RECIPE, --method (one or more) and --out, or --runs (see --help)")
+        model = _model(args, load_config(args.recipe, args.set, args.imports))
+        out = args.out
+        methods = train_methods(args.recipe, model, args.method, args.seeds, Path(out), args.set, args.imports)
+        extra, extra_md = {}, ""
+        if args.coupling:
+            extra = {"coupling": coupling(model, methods, args.coupling, args.coupling_pairs)}
+            extra_md = coupling_markdown(extra["coupling"], args.coupling)
+    if len(methods) < 2 and all(len(runs) < 2 for runs in methods.values()):
+        raise ConfigError("compare: needs two methods, or one method with several seeds")
+    write_report(methods, Path(out), extra, extra_md)
+    print((Path(out) / "summary.md").read_text())
+    print(f"written: {out}/summary.md, summary.json, curves.png")
     return 0
 
 

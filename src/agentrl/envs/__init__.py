@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from agentrl.config import AlfWorldEnvConfig, HouseholdEnvConfig, LatencyEnvConfig, ScienceWorldEnvConfig
 from agentrl.envs.base import Environment, Observation, StepResult
+from agentrl.envs.testbed.env import TestbedConfig
 from agentrl.registry import ENVIRONMENTS
 
 ENVIRONMENTS.register("household", HouseholdEnvConfig, "agentrl.envs.household:HouseholdEnv")
 ENVIRONMENTS.register("alfworld", AlfWorldEnvConfig, "agentrl.envs.alfworld:AlfWorldEnv")
 ENVIRONMENTS.register("scienceworld", ScienceWorldEnvConfig, "agentrl.envs.scienceworld:ScienceWorldEnv")
 ENVIRONMENTS.register("latency", LatencyEnvConfig, "agentrl.envs.latency:LatencyEnv")
+ENVIRONMENTS.register("testbed", TestbedConfig, "agentrl.envs.testbed:TestbedEnv")
 
 
 def make_env(config) -> Environment:

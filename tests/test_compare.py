@@ -1,0 +1,189 @@
+"""`agentrl compare` and its statistics: hand-computed values, pairing by seed, and a real two-method,
+two-seed comparison in which one method is better by construction."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as scipy_stats
+
+from agentrl import stats
+from agentrl.cli import main
+from agentrl.compare import Run, paired, read_run, summarize
+from agentrl.rollout.records import read_trajectories
+
+import twostep
+
+
+# --- statistics, by hand ---------------------------------------------------------------------------
+def test_two_seed_bootstrap_interval_is_the_two_values_not_a_pooled_episode_interval():
+    # Resampling 2 seeds gives means a, (a+b)/2, b with probabilities 1/4, 1/2, 1/4: the 2.5% and
+    # 97.5% percentiles are a and b. Pooling their 200 episodes would give about [0.43, 0.57].
+    assert stats.interval([0.2, 0.8]) == pytest.approx((0.2, 0.8))
+    assert stats.interval([0.5]) == (0.5, 0.5)
+
+
+def test_probability_of_improvement_counts_ties_half():
+    # 0.6 beats 0.5, ties 0.6: 1.5; 0.7 beats 0.5 and 0.6, ties 0.7: 2.5; 0.8 beats all: 3 -> 7/9.
+    assert stats.probability_of_improvement([0.6, 0.7, 0.8], [0.5, 0.7, 0.6]) == pytest.approx(7 / 9)
+    low, high = stats.improvement_interval([0.6, 0.7, 0.8], [0.5, 0.7, 0.6])
+    assert 0 <= low <= 7 / 9 <= high <= 1
+
+
+def test_variance_components_by_hand():
+    seeds = [[1.0] * 50 + [0.0] * 50, [1.0] * 70 + [0.0] * 30]  # 100 episodes each: 0.5, 0.7
+    parts = stats.components([0.5, 0.7], seeds)
+    within_var = (0.25 * 100 / 99 + 0.21 * 100 / 99) / 2 / 100  # sample variance / n, averaged
+    assert parts.total_sd == pytest.approx(math.sqrt(0.02))
+    assert parts.within_sd == pytest.approx(math.sqrt(within_var))
+    assert parts.between_sd == pytest.approx(math.sqrt(0.02 - within_var))
+    assert parts.episodes == 100
+
+
+def test_detectable_difference_by_hand():
+    parts = stats.Components(total_sd=0.1, within_sd=0.0, between_sd=0.1, episodes=100)
+    # two-sided 5% paired t-test, 80% power, 5 seeds: (t_.975,4 + t_.8,4) * sd / sqrt(5)
+    assert stats.detectable_difference(parts, 5) == pytest.approx((2.7764 + 0.9410) * 0.1 / math.sqrt(5), rel=1e-3)
+    assert stats.detectable_difference(parts, 1) == math.inf
+    noisy = stats.Components(total_sd=0.1, within_sd=0.08, between_sd=0.06, episodes=100)
+    # 4x the episodes divides the evaluation variance by 4 and leaves the training variance
+    expected = (scipy_stats.t.ppf(0.975, 4) + scipy_stats.t.ppf(0.8, 4)) * math.sqrt((0.06 ** 2 + 0.08 ** 2 / 4) / 5)
+    assert stats.detectable_difference(noisy, 5, 400) == pytest.approx(expected)
+    needed = stats.seeds_needed(parts, 0.05)
+    assert stats.detectable_difference(parts, needed) <= 0.05 < stats.detectable_difference(parts, needed - 1)
+
+
+# --- pairing ---------------------------------------------------------------------------------------
+def _runs(rates_by_seed: dict[int, float], bonus: int = 0, tasks: int = 100) -> list[Run]:
+    """Runs whose task t succeeds when t < rate * tasks (+ `bonus` more tasks)."""
+    return [Run(Path(f"seed{seed}"), seed, {"l0": {f"l0-{t}": float(t < round(rate * tasks) + bonus)
+                                                   for t in range(tasks)}})
+            for seed, rate in rates_by_seed.items()]
+
+
+def test_paired_difference_sees_a_small_gain_that_seed_spread_hides():
+    # Seeds differ by up to 60 points (training luck); method A solves 3 more tasks at every seed.
+    seed_luck = {1: 0.2, 2: 0.8, 3: 0.5, 4: 0.3, 5: 0.65}
+    a, b = _runs(seed_luck, bonus=3), _runs(seed_luck)
+    summary = summarize({"a": a, "b": b})
+    pair = summary["pairs"]["a - b"]["l0"]
+    assert pair["difference"] == pytest.approx(0.03) and pair["ci95"] == pytest.approx((0.03, 0.03))
+    assert pair["seeds_a_better"] == 5 and pair["p_improvement"] == pytest.approx(0.6)  # unpaired: 15 of 25
+    low_a, high_a = summary["methods"]["a"]["l0"]["ci95"]
+    low_b, high_b = summary["methods"]["b"]["l0"]["ci95"]
+    assert low_a < high_b and low_b < high_a  # the unpaired intervals overlap widely
+
+
+def test_pairs_are_matched_by_seed_whatever_the_order():
+    luck = {1: 0.2, 2: 0.8, 3: 0.5}
+    forward = paired(_runs(luck, bonus=2), _runs(luck), ["l0"])
+    shuffled = paired(_runs(luck, bonus=2), list(reversed(_runs(luck))), ["l0"])
+    assert forward["l0"]["per_seed"] == shuffled["l0"]["per_seed"] == pytest.approx([0.02] * 3)
+    missing = paired(_runs(luck, bonus=2), _runs({1: 0.2, 3: 0.5, 9: 0.1}), ["l0"])
+    assert missing["seeds"] == [1, 3]
+
+
+def test_paired_difference_is_taken_task_by_task_on_the_tasks_both_played():
+    a = [Run(Path("a"), 1, {"l0": {"x": 1.0, "y": 0.0, "z": 1.0}})]
+    b = [Run(Path("b"), 1, {"l0": {"x": 0.0, "y": 0.0}})]  # z aborted for b: left out of the pair
+    assert paired(a, b, ["l0"])["l0"]["per_seed"] == pytest.approx([0.5])
+
+
+# --- a real comparison -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def good_model_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny model fine-tuned to take GOOD in every two-step state (success about 1)."""
+    from agentrl.config import SFTConfig
+    from agentrl.models import load_model, load_tokenizer
+    from agentrl.sft import train_sft
+
+    out = tmp_path_factory.mktemp("good")
+    twostep.write_choice_data(out / "data.jsonl", actions=(twostep.GOOD,))
+    train_sft(load_model(tiny_model_dir), load_tokenizer(tiny_model_dir), out / "data.jsonl",
+              SFTConfig(epochs=15, batch_size=8, optim={"lr": 3e-3}), 0, out / "model")
+    return out / "model"
+
+
+def _success_from_files(run_dir: Path, split: str) -> float:
+    [final] = sorted(run_dir.glob("eval/step_*"))[-1:]
+    trajectories = read_trajectories(final / f"trajectories_{split}.jsonl")
+    return sum(t.success for t in trajectories) / len(trajectories)
+
+
+def test_two_methods_two_seeds_end_to_end(good_model_dir, tmp_path, capsys):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(json.dumps({
+        "imports": ["twostep"], "env": {"type": "twostep"},
+        "prompt": {"template": twostep.TEMPLATE, "history_length": 1}, "sampling": {"max_new_tokens": 24},
+        "rl": {"steps": 2, "tasks_per_step": 2, "group_size": 2, "optim": {"lr": 1e-7}},
+        "eval": {"episodes": 4, "splits": ["l0", "l1"]}}))
+    out = tmp_path / "cmp"
+    # "mute" is worse by construction: 2 new tokens cannot hold an <action> tag, so it never acts.
+    command = ["compare", str(recipe), "--model", str(good_model_dir), "--seeds", "1", "2", "--out", str(out),
+               "--method", "good:", "--method", "mute:eval.sampling.max_new_tokens=2"]
+    assert main(command) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    for split in ("l0", "l1"):
+        good = [_success_from_files(out / "good" / f"seed{s}", split) for s in (1, 2)]
+        mute = [_success_from_files(out / "mute" / f"seed{s}", split) for s in (1, 2)]
+        assert mute == [0.0, 0.0] and min(good) > 0
+        assert summary["methods"]["good"][split]["per_seed"] == pytest.approx(good)
+        pair = summary["pairs"]["good - mute"][split]
+        assert pair["per_seed"] == pytest.approx(good) and pair["difference"] == pytest.approx(np.mean(good))
+        assert pair["ci95"][0] > 0  # the paired interval excludes 0
+        assert pair["seeds_a_better"] == 2 and pair["p_improvement"] == 1.0
+        episodes = [[float(t.success) for t in read_trajectories(sorted((out / "good" / f"seed{s}").glob(
+            "eval/step_*"))[-1] / f"trajectories_{split}.jsonl")] for s in (1, 2)]  # mute's are all 0
+        assert pair["mdd"] == pytest.approx(stats.detectable_difference(stats.components(good, episodes), 2))
+        assert 0 <= pair["mdd"] < math.inf and set(pair["mdd_at_seeds"]) == {"5", "10", "20"}
+    text = (out / "summary.md").read_text()
+    assert "| good - mute | L0 | 2 |" in text and "MDD" in text
+    assert (out / "curves.png").stat().st_size > 0
+
+    capsys.readouterr()
+    assert main(command) == 0  # finished runs are reused, not retrained
+    assert capsys.readouterr().out.count("run: done earlier with the same settings, reused") == 4
+
+    # Reading the same folders gives the same statistics, laid out or named.
+    assert main(["compare", "--runs", str(out)]) == 0
+    assert json.loads((out / "summary.json").read_text())["pairs"] == summary["pairs"]
+    named = tmp_path / "named"
+    assert main(["compare", "--runs", f"good={out / 'good'}", "--runs", f"mute={out / 'mute'}", "--out", str(named)]) == 0
+    assert json.loads((named / "summary.json").read_text())["pairs"] == summary["pairs"]
+
+
+def test_compare_input_errors_exit_2(tmp_path, capsys):
+    assert main(["compare", "--runs", str(tmp_path / "nowhere")]) == 2
+    assert "no method folders" in capsys.readouterr().err
+    (tmp_path / "a" / "seed1").mkdir(parents=True)
+    (tmp_path / "a" / "seed1" / "config.yaml").write_text("seed: 1\nrl: {steps: 3}\n")
+    assert main(["compare", "--runs", f"a={tmp_path / 'a'}", "--runs", f"b={tmp_path / 'a'}", "--out",
+                 str(tmp_path / "o")]) == 2
+    assert "not a run folder" in capsys.readouterr().err
+    assert main(["compare", "--runs", f"a={tmp_path / 'a'}@final"]) == 2
+    assert "phase 'final'" in capsys.readouterr().err
+    assert main(["compare"]) == 2
+    assert "--method" in capsys.readouterr().err
+
+
+def test_a_pipeline_folder_is_read_by_phase(tmp_path):
+    """`agentrl run` folders: phase `sft` reads eval/sft, `rl` the RL phase's last evaluation."""
+    from agentrl.rollout.records import write_trajectories
+    from agentrl.rollout.types import Trajectory
+
+    run = tmp_path / "seed3"
+    for phase, wins in (("initial", 0), ("sft", 1), ("rl", 2)):
+        folder = run / "eval" / phase if phase != "rl" else run / "rl" / "eval" / "step_000004"
+        folder.mkdir(parents=True)
+        write_trajectories(folder / "trajectories_l0.jsonl",
+                           [Trajectory(f"l0-{i}", 0, "t", [], success=i < wins) for i in range(4)])
+        (folder / "results.json").write_text(json.dumps({"l0": {"success": wins / 4}}))
+    (run / "eval" / "rl").mkdir()
+    (run / "eval" / "rl" / "results.json").write_text("{}")  # the pipeline's mark of a finished RL phase
+    (run / "phases.json").write_text("{}")
+    (run / "config.yaml").write_text("seed: 3\n")
+    assert read_run(run, "sft").outcomes["l0"] == {"l0-0": 1.0, "l0-1": 0.0, "l0-2": 0.0, "l0-3": 0.0}
+    assert read_run(run).outcomes["l0"] == read_run(run, "rl").outcomes["l0"]
+    assert sum(read_run(run).outcomes["l0"].values()) == 2 and read_run(run).seed == 3

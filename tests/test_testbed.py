@@ -1,0 +1,105 @@
+"""The credit-assignment testbed: each knob does what it says, the expert solves every split in the
+shortest number of steps, and the splits are the compositions they claim."""
+
+import random
+
+import pytest
+
+from agentrl.config import load_config
+from agentrl.envs import make_env
+from agentrl.envs import testbed
+from agentrl.envs.testbed.env import HELD_OUT_GOALS, SEEN_GOALS
+
+
+def play(env, task_id, choose):
+    obs, steps, result = env.reset(task_id), 0, None
+    while result is None or not result.done:
+        result = env.step(choose(obs))
+        obs, steps = result.observation, steps + 1
+    return result, steps
+
+
+@pytest.mark.parametrize("knobs", [{}, {"horizon": 7, "delay": 5, "doors": 4, "distractors": 3, "key_choices": 4},
+                                   {"key_choices": 0, "hint_rate": 0.0}, {"horizon": 1, "delay": 0}])
+def test_expert_solves_every_split_in_the_shortest_number_of_steps(knobs):
+    env = testbed.TestbedEnv(**knobs)
+    for split in ("train", "l0", "l1", "l2"):
+        for task_id in env.split_tasks(split)[:30]:
+            result, steps = play(env, task_id, lambda obs: env.expert_action()[1])
+            rooms = int(env.task_type(task_id).rsplit("_", 1)[1])
+            assert result.success and result.reward == 10.0
+            assert steps == rooms + (1 if env.config.key_choices else 0)  # doors, the key, the chest
+    assert make_env(load_config("recipes/testbed.yaml").env).config.horizon == 4  # the recipe builds it
+
+
+def test_splits_are_unseen_compositions():
+    env = testbed.TestbedEnv(horizon=3, l2_extra_rooms=2)
+    goals = {split: {env.reset(t).task.split(" the ")[-1].split()[0] for t in env.split_tasks(split)}
+             for split in ("train", "l0", "l1", "l2")}
+    assert goals["train"] == goals["l0"] == set(SEEN_GOALS)
+    assert goals["l1"] == goals["l2"] == set(HELD_OUT_GOALS)
+    assert {env.task_type(t) for t in env.split_tasks("l0")} == {"corridor_3"}
+    assert {env.task_type(t) for t in env.split_tasks("l2")} == {"corridor_5"}
+    assert env.reset("l1-7").text == testbed.TestbedEnv(horizon=3, l2_extra_rooms=2).reset("l1-7").text  # same world anywhere
+    with pytest.raises(ValueError, match="bad testbed task id"):
+        env.reset("test-1")
+
+
+def test_distractors_and_dead_ends_revisit_the_same_state():
+    env = testbed.TestbedEnv(horizon=3, distractors=2, hint_rate=1.0, delay=0)  # the key in the last room
+    obs = env.reset("train-3")
+    examine = [a for a in obs.admissible_actions if a.startswith("examine")]
+    assert len(examine) == 2
+    after = env.step(examine[0])
+    assert after.observation.anchor == obs.anchor and after.progress is False and after.reward == 0
+    way = env.expert_action()[1]
+    wrong = next(a for a in obs.admissible_actions if a.startswith("go through") and a != way)
+    assert env.step(wrong).observation.text == "A dead end. The only way is back."
+    assert env.step("go back").observation.anchor == obs.anchor  # exactly the state left
+    assert env.step(way).progress is True
+
+
+def test_hint_rate_hides_the_way_on():
+    hinted = testbed.TestbedEnv(hint_rate=1.0).reset("train-0").text
+    hidden = testbed.TestbedEnv(hint_rate=0.0).reset("train-0").text
+    assert "draft" in hinted and "draft" not in hidden
+
+
+def test_a_wrong_key_is_decisive_and_fails_only_at_the_chest():
+    env = testbed.TestbedEnv(horizon=5, delay=3, key_choices=3, slack=20)
+    env.reset("train-2")
+    goal = env.corridor.goal
+    steps = 0
+    while not any(a.startswith("take") for a in env.admissible_actions()):
+        env.step(env.expert_action()[1])
+        steps += 1
+    assert env.room == env.corridor.key_room == 5 - 1 - 3
+    wrong = next(a for a in env.admissible_actions() if a.startswith("take") and goal not in a)
+    env.step(wrong)
+    assert not any(a.startswith("take") for a in env.admissible_actions())  # irreversible
+    with pytest.raises(Exception, match="wrong key"):
+        env.expert_action()
+    for _ in range(3):  # the delay: three more rooms before the consequence shows
+        result = env.step(f"go through {env.corridor.rooms[env.room][1]} door")
+        assert not result.done and result.reward == 0
+    result = env.step("open chest")
+    assert result.done and not result.success and result.reward == 0
+
+
+def test_the_step_limit_is_horizon_plus_slack():
+    env = testbed.TestbedEnv(horizon=4, slack=3, distractors=1)
+    examine = lambda obs: next(a for a in obs.admissible_actions if a.startswith("examine"))  # noqa: E731
+    result, steps = play(env, "train-0", examine)
+    assert steps == 4 + 3 + 1 and not result.success
+
+
+def test_random_play_is_well_formed():
+    env, rng = testbed.TestbedEnv(horizon=4, doors=3, hint_rate=0.5, key_choices=3), random.Random(0)
+    for i in range(50):
+        obs = env.reset(f"train-{i}")
+        done = False
+        while not done:
+            assert obs.admissible_actions and obs.anchor == obs.text
+            result = env.step(rng.choice(obs.admissible_actions + [None]))
+            obs, done = result.observation, result.done
+    assert testbed.TestbedConfig().type == "testbed"
