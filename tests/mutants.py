@@ -27,6 +27,8 @@ ROLLOUT = ["test_trainer.py", "test_pool.py", "test_household.py", "test_directi
 GCD = ["test_gcd.py"]
 EVAL = ["test_evaluate.py", "test_cli.py"]
 FAILURES = ["test_failures.py"]
+COMPARE = ["test_compare.py"]
+TESTBED = ["test_testbed.py"]
 
 
 @dataclass
@@ -204,6 +206,35 @@ MUTANTS = [
            ["test_distributed.py"]),
     Mutant("parser: nested action tags keep the outer opening", "src/agentrl/prompting.py",
            'start = lower.rfind("<action>", first, end)', "start = first", ["test_prompting.py"]),
+    # --- comparisons and the testbed ----------------------------------------------------------------
+    Mutant("compare: runs paired by position, not by seed", "src/agentrl/compare.py",
+           "pairs = [(r, by_seed[r.seed]) for r in a if r.seed in by_seed]", "pairs = list(zip(a, b))", COMPARE),
+    Mutant("compare: interval over pooled episodes instead of seeds", "src/agentrl/compare.py",
+           '"difference": mean, "ci95": stats.interval(diffs)',
+           '"difference": mean, "ci95": stats.interval([d for s in scores for d in s])', COMPARE),
+    Mutant("compare: a task one method did not play counted as a failure", "src/agentrl/compare.py",
+           "tasks = sorted(set(x.outcomes[split]) & set(y.outcomes[split]))",
+           "tasks = sorted(set(x.outcomes[split]) | set(y.outcomes[split]))", COMPARE),
+    Mutant("stats: evaluation variance not divided by the episodes", "src/agentrl/stats.py",
+           "np.var(s, ddof=1) / len(s)", "np.var(s, ddof=1)", COMPARE),
+    Mutant("stats: detectable difference without the power term", "src/agentrl/stats.py",
+           "+ stats.t.ppf(power, seeds - 1)", "", COMPARE),
+    Mutant("stats: more episodes shrink the training spread too", "src/agentrl/stats.py",
+           "variance = parts.between_sd ** 2 + parts.within_sd ** 2 * parts.episodes / episodes",
+           "variance = (parts.between_sd ** 2 + parts.within_sd ** 2) * parts.episodes / episodes", COMPARE),
+    Mutant("stats: ties count as wins", "src/agentrl/stats.py",
+           "+ 0.5 * (a[..., :, None] == b[..., None, :])", "+ 1.0 * (a[..., :, None] == b[..., None, :])", COMPARE),
+    Mutant("testbed: a wrong key opens the chest", "src/agentrl/envs/testbed/env.py",
+           "opened = self.key == self.corridor.goal or", "opened = self.key is not None or", TESTBED),
+    Mutant("testbed: go back from a dead end skips a room", "src/agentrl/envs/testbed/env.py",
+           "            if self.dead_end:\n                self.dead_end = False\n            else:",
+           "            if self.dead_end:\n                self.dead_end = False\n                self.room -= 1\n            else:",
+           TESTBED),
+    Mutant("testbed: L1 asks for seen chest colours", "src/agentrl/envs/testbed/env.py",
+           'goal = rng.choice(HELD_OUT_GOALS if split in ("l1", "l2") else SEEN_GOALS)',
+           'goal = rng.choice(HELD_OUT_GOALS if split == "l2" else SEEN_GOALS)', TESTBED),
+    Mutant("testbed: examine is counted as progress", "src/agentrl/envs/testbed/env.py",
+           'useless = not admissible or action.startswith("examine")', "useless = not admissible", TESTBED),
     # --- provenance --------------------------------------------------------------------------------
     Mutant("provenance: plugin source not hashed", "src/agentrl/provenance.py",
            "digest.update(file.read_bytes())", 'digest.update(b"")', ["test_plugins.py"]),
