@@ -10,7 +10,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: help demo demo-seeds lock test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
+.PHONY: help demo demo-seeds lock testbed test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
 	pipeline sft rl eval plan
 
 help:  ## this list
@@ -103,10 +103,11 @@ test-slow: $(STAMP)  ## the slow tests
 mutants: $(STAMP)  ## the mutation pass (about half an hour)
 	$(PY) tests/mutants.py
 
-# GRPO vs GiGPO vs GAGPO vs RLOO vs PPO from the demo's cold start, 3 seeds each, equal budget
-# (about an hour on 2 cores). Results: runs/compare-estimators/{summary.md,summary.json,curves.png}.
+# GRPO vs GiGPO vs GAGPO vs RLOO vs PPO from the demo's cold start, SEEDS each, equal budget
+# (about 1.5 hours on 2 cores). Results: runs/compare-estimators/{summary.md,summary.json,curves.png}.
+SEEDS ?= 1 2 3 4 5
 COMPARE := runs/compare-estimators
-compare-estimators: $(STAMP)  ## GRPO / RLOO / GiGPO / GAGPO / PPO, 3 seeds (about an hour)
+compare-estimators: $(STAMP)  ## GRPO / RLOO / GiGPO / GAGPO / PPO over SEEDS (about 1.5 hours)
 	$(VENV)/bin/agentrl run recipes/demo.yaml --set run_dir=$(COMPARE)/coldstart \
 		--set model.path=$(COMPARE)/coldstart/model-init --set rl.steps=0
 	$(VENV)/bin/agentrl compare recipes/demo.yaml --model $(COMPARE)/coldstart/sft/model \
@@ -117,11 +118,25 @@ compare-estimators: $(STAMP)  ## GRPO / RLOO / GiGPO / GAGPO / PPO, 3 seeds (abo
 		--method "gagpo:rl.advantage={type: gagpo};rl.loss={type: seq_ratio}" \
 		--method "ppo:rl.advantage={type: ppo, critic_lr: 5.0e-4}"
 
+# The credit-assignment testbed (recipes/testbed.yaml): one cold start per SETTING, made with the
+# setting's env overrides (TESTBED_SET="env.horizon=6 env.hint_rate=0.5"), then GRPO vs GiGPO vs GAGPO
+# from it over SEEDS. Results: runs/testbed/SETTING/{summary.md,summary.json,curves.png}.
+SETTING ?= base
+TESTBED_SET ?=
+TESTBED_OVERRIDES = $(foreach item,$(TESTBED_SET),--set $(item))
+testbed: $(STAMP)  ## GRPO / GiGPO / GAGPO on the testbed over SEEDS (SETTING=name TESTBED_SET="env.k=v ...")
+	$(VENV)/bin/agentrl run recipes/testbed.yaml --set run_dir=runs/testbed/$(SETTING)/coldstart \
+		--set model.path=runs/testbed/$(SETTING)/coldstart/model-init --set rl.steps=0 $(TESTBED_OVERRIDES)
+	$(VENV)/bin/agentrl compare recipes/testbed.yaml --model runs/testbed/$(SETTING)/coldstart/sft/model \
+		--out runs/testbed/$(SETTING) --seeds $(SEEDS) $(TESTBED_OVERRIDES) \
+		--method "grpo:" --method "gigpo:rl.advantage={type: gigpo}" \
+		--method "gagpo:rl.advantage={type: gagpo};rl.loss={type: seq_ratio}"
+
 # GRPO vs GRPO + GCD (generative judge, and the value-head classifier ablation) and GiGPO + GCD
-# from one cold start with judgment data, 3 seeds each, equal budget, plus the coupling lab on
-# fixed cold-start steps before and after (about 40 minutes on 2 cores).
+# from one cold start with judgment data, SEEDS each, equal budget, plus the coupling lab on
+# fixed cold-start steps before and after (about an hour on 2 cores).
 GCD_RUNS := runs/compare-gcd
-compare-gcd: $(STAMP)  ## GRPO vs GRPO + GCD, 3 seeds (about 40 minutes)
+compare-gcd: $(STAMP)  ## GRPO vs GRPO + GCD over SEEDS (about an hour)
 	$(VENV)/bin/agentrl run recipes/gcd.yaml --set run_dir=$(GCD_RUNS)/coldstart \
 		--set model.path=$(GCD_RUNS)/coldstart/model-init --set rl.steps=0
 	$(VENV)/bin/agentrl compare recipes/gcd.yaml --model $(GCD_RUNS)/coldstart/sft/model \

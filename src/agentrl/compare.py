@@ -178,14 +178,18 @@ def paired(a: list[Run], b: list[Run], splits: list[str], scale_seeds=(5, 10, 20
         xs = [float(np.mean([x.outcomes[split][t] for t in x.outcomes[split]])) for x, _ in pairs]
         ys = [float(np.mean([y.outcomes[split][t] for t in y.outcomes[split]])) for _, y in pairs]
         mean = float(np.mean(diffs))
+
+        def sized(mdd: float) -> float | None:  # no spread measured (every seed's difference equal): unknown, not 0
+            return mdd if parts.total_sd > 0 else None
+
         out[split] = {
             "difference": mean, "ci95": stats.interval(diffs), "per_seed": diffs,
             "p_improvement": stats.probability_of_improvement(xs, ys),
             "p_improvement_ci95": stats.improvement_interval(xs, ys),
             "seeds_a_better": sum(d > 0 for d in diffs), "seeds_tied": sum(d == 0 for d in diffs),
-            "mdd": stats.detectable_difference(parts, len(diffs)), **_parts(parts),
-            "mdd_at_seeds": {str(n): stats.detectable_difference(parts, n) for n in scale_seeds},
-            "mdd_at_4x_episodes": stats.detectable_difference(parts, len(diffs), 4 * parts.episodes),
+            "mdd": sized(stats.detectable_difference(parts, len(diffs))), **_parts(parts),
+            "mdd_at_seeds": {str(n): sized(stats.detectable_difference(parts, n)) for n in scale_seeds},
+            "mdd_at_4x_episodes": sized(stats.detectable_difference(parts, len(diffs), 4 * parts.episodes)),
             "seeds_to_detect": {"observed": stats.seeds_needed(parts, abs(mean)),
                                 "5 points": stats.seeds_needed(parts, 0.05)},
         }
@@ -203,8 +207,8 @@ def summarize(methods: dict[str, list[Run]]) -> dict:
 
 
 # --- report --------------------------------------------------------------------------------------
-def _pts(value: float) -> str:
-    return "inf" if value == float("inf") else f"{value * 100:.1f}"
+def _pts(value: float | None) -> str:
+    return "-" if value is None else "inf" if value == float("inf") else f"{value * 100:.1f}"
 
 
 def markdown(summary: dict) -> str:
@@ -216,6 +220,13 @@ def markdown(summary: dict) -> str:
         cells = [f"{_pts(m[s]['mean'])} [{_pts(m[s]['ci95'][0])}, {_pts(m[s]['ci95'][1])}] ({_pts(m[s]['iqm'])})"
                  + (f", judge {_pts(m[s]['judge_accuracy'])}" if "judge_accuracy" in m[s] else "") for s in splits]
         lines.append(f"| {name} | {len(m['seeds'])} | " + " | ".join(cells) + " |")
+    lines += ["", "Per seed (%), and the spread between seeds (training) and within a seed (evaluation), sd in points:",
+              "", "| method | seeds | " + " | ".join(f"{s.upper()} per seed | sd seeds / eval" for s in splits) + " |",
+              "|---" * (2 * len(splits) + 2) + "|"]
+    for name, m in summary["methods"].items():
+        cells = [f"{' / '.join(f'{v * 100:.0f}' for v in m[s]['per_seed'])} | {_pts(m[s]['between_seeds_sd'])} / "
+                 f"{_pts(m[s]['within_eval_sd'])}" for s in splits]
+        lines.append(f"| {name} | {', '.join(map(str, m['seeds']))} | " + " | ".join(cells) + " |")
     lines += ["", "Paired differences (points; same seeds, same evaluation tasks). P(A>B): probability of "
               "improvement with its 95% interval; MDD: the smallest difference these seeds detect with 80% power "
               "(two-sided 5% paired t-test), and at more seeds or 4x the evaluation episodes.", "",
@@ -236,7 +247,8 @@ def markdown(summary: dict) -> str:
                          f"{r['seeds_a_better']}/{len(p['seeds'])} | {_pts(r['between_seeds_sd'])} / "
                          f"{_pts(r['within_eval_sd'])} | {_pts(r['mdd'])} | {at} | {_pts(r['mdd_at_4x_episodes'])} "
                          f"| {need} |")
-    lines += ["", "`*`: the interval excludes 0. sd: the spread of the paired difference from training (between "
+    lines += ["", "`*`: the interval excludes 0. MDD `-`: every seed gave the same difference, so no spread was "
+              "measured to size it by (more seeds or episodes needed). sd: the spread of the paired difference from training (between "
               "seeds) and from evaluating on finitely many episodes (within a seed)."]
     return "\n".join(lines) + "\n"
 
