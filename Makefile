@@ -44,7 +44,10 @@ DEMO_SEEDS ?= 0 1 2 3 4
 demo-seeds: $(STAMP)  ## the demo at each of DEMO_SEEDS, then SFT vs RL over seeds (about 10 min a seed)
 	for seed in $(DEMO_SEEDS); do $(VENV)/bin/agentrl run recipes/demo.yaml --set seed=$$seed \
 		--set run_dir=runs/demo-seeds/seed$$seed --set model.path=runs/demo-seeds/seed$$seed/model-init || exit 1; done
-	$(VENV)/bin/agentrl compare --runs sft=runs/demo-seeds@sft --runs rl=runs/demo-seeds@rl --out runs/demo-seeds/compare
+	$(VENV)/bin/agentrl compare --runs rl=runs/demo-seeds@rl --runs sft=runs/demo-seeds@sft --out runs/demo-seeds/compare
+	cp runs/demo-seeds/compare/summary.md benchmarks/results/demo-seeds.md
+	cp runs/demo-seeds/compare/summary.json benchmarks/results/demo-seeds.json
+	$(PY) benchmarks/readme_tables.py
 
 # The phases of any recipe: RECIPE=..., SET="key=value key2=value2" (overrides; no spaces inside
 # a value), NPROC=N (SFT and RL on N ranks through torchrun), MODEL=... (RL's starting model;

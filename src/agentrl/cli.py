@@ -313,7 +313,7 @@ train:  agentrl compare RECIPE --model M --seeds 1 2 3 4 5 --out OUT \\
             --method "grpo:" --method "gigpo:rl.advantage={type: gigpo}"
 read:   agentrl compare --runs OUT                   (OUT/<method>/<run>/)
         agentrl compare --runs grpo=DIR --runs gigpo=DIR2 --out OUT
-        agentrl compare --runs sft=runs/seeds@sft --runs rl=runs/seeds@rl --out OUT   (agentrl run folders)"""
+        agentrl compare --runs rl=runs/seeds@rl --runs sft=runs/seeds@sft --out OUT   (agentrl run folders)"""
 
 
 def _compare(args) -> int:

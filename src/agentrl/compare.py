@@ -240,15 +240,15 @@ def markdown(summary: dict) -> str:
             r = p[s]
             at = " / ".join(_pts(v) for v in r["mdd_at_seeds"].values())
             need = " / ".join(str(v) if v is not None else "-" for v in r["seeds_to_detect"].values())
-            excl = " *" if r["ci95"][0] > 0 or r["ci95"][1] < 0 else ""
+            excl = " *" if len(p["seeds"]) > 1 and (r["ci95"][0] > 0 or r["ci95"][1] < 0) else ""
             lines.append(f"| {pair} | {s.upper()} | {len(p['seeds'])} | {_pts(r['difference'])} "
                          f"[{_pts(r['ci95'][0])}, {_pts(r['ci95'][1])}]{excl} | {r['p_improvement']:.2f} "
                          f"[{r['p_improvement_ci95'][0]:.2f}, {r['p_improvement_ci95'][1]:.2f}] | "
                          f"{r['seeds_a_better']}/{len(p['seeds'])} | {_pts(r['between_seeds_sd'])} / "
                          f"{_pts(r['within_eval_sd'])} | {_pts(r['mdd'])} | {at} | {_pts(r['mdd_at_4x_episodes'])} "
                          f"| {need} |")
-    lines += ["", "`*`: the interval excludes 0. MDD `-`: every seed gave the same difference, so no spread was "
-              "measured to size it by (more seeds or episodes needed). sd: the spread of the paired difference from training (between "
+    lines += ["", "`*`: the interval excludes 0 (two seeds or more). MDD `-`: no spread was measured to size it by "
+              "(one seed, or every seed gave the same difference). sd: the spread of the paired difference from training (between "
               "seeds) and from evaluating on finitely many episodes (within a seed)."]
     return "\n".join(lines) + "\n"
 
