@@ -321,19 +321,18 @@ def _compare(args) -> int:
 
     if args.recipe and args.runs:
         raise ConfigError("compare: give a recipe with --method (train) or --runs (read), not both")
+    extra, extra_md = {}, ""
     if args.runs:
         methods = find_runs(args.runs)
         out = args.out or (args.runs[0] if len(args.runs) == 1 and "=" not in args.runs[0] else None)
         if out is None:
             raise ConfigError("compare: --out is needed with several --runs or NAME=DIR")
-        extra, extra_md = {}, ""
     else:
         if not args.recipe or not args.method or not args.out:
             raise ConfigError("compare: give RECIPE, --method (one or more) and --out, or --runs (see --help)")
         model = _model(args, load_config(args.recipe, args.set, args.imports))
         out = args.out
         methods = train_methods(args.recipe, model, args.method, args.seeds, Path(out), args.set, args.imports)
-        extra, extra_md = {}, ""
         if args.coupling:
             extra = {"coupling": coupling(model, methods, args.coupling, args.coupling_pairs)}
             extra_md = coupling_markdown(extra["coupling"], args.coupling)

@@ -79,7 +79,7 @@ def _read_pipeline(path: Path, phase: str | None) -> Run:
     if not (path / "config.yaml").is_file():
         raise ConfigError(f"{path}: the pipeline has not finished (no config.yaml)")
     done = [p for p in PHASES if (path / "eval" / p / "results.json").is_file()]
-    phase = phase or done[-1]
+    phase = phase or (done[-1] if done else "rl")
     if phase not in done:
         raise ConfigError(f"{path}: no evaluation of phase {phase!r} (has: {', '.join(done) or 'none'})")
     if phase != "rl":
@@ -175,8 +175,7 @@ def paired(a: list[Run], b: list[Run], splits: list[str], scale_seeds=(5, 10, 20
             scores.append([x.outcomes[split][t] - y.outcomes[split][t] for t in tasks])
         diffs = [float(np.mean(s)) for s in scores]
         parts = stats.components(diffs, scores)
-        xs = [float(np.mean([x.outcomes[split][t] for t in x.outcomes[split]])) for x, _ in pairs]
-        ys = [float(np.mean([y.outcomes[split][t] for t in y.outcomes[split]])) for _, y in pairs]
+        xs, ys = _rates([x for x, _ in pairs], split), _rates([y for _, y in pairs], split)
         mean = float(np.mean(diffs))
 
         def sized(mdd: float) -> float | None:  # no spread measured (every seed's difference equal): unknown, not 0
