@@ -235,6 +235,14 @@ MUTANTS = [
            'goal = rng.choice(HELD_OUT_GOALS if split == "l2" else SEEN_GOALS)', TESTBED),
     Mutant("testbed: examine is counted as progress", "src/agentrl/envs/testbed/env.py",
            'useless = not admissible or action.startswith("examine")', "useless = not admissible", TESTBED),
+    Mutant("sft data: a detour's example teaches the random action", "src/agentrl/data.py",
+           "        if detours and rng.random() < detours:\n            action = rng.choice(obs.admissible_actions)\n"
+           "            detoured = True\n",
+           "        if detours and rng.random() < detours:\n            action = rng.choice(obs.admissible_actions)\n"
+           "            detoured = True\n            examples[-1][\"messages\"][1][\"content\"] = format_response(thought, action, tag)\n",
+           ["test_sft.py"]),
+    Mutant("sft data: detours are ignored", "src/agentrl/data.py",
+           "if detours and rng.random() < detours:", "if False:", ["test_sft.py"]),
     # --- provenance --------------------------------------------------------------------------------
     Mutant("provenance: plugin source not hashed", "src/agentrl/provenance.py",
            "digest.update(file.read_bytes())", 'digest.update(b"")', ["test_plugins.py"]),

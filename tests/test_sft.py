@@ -22,6 +22,29 @@ def test_expert_dataset_is_chat_jsonl(tmp_path):
     assert first["messages"][1]["content"].startswith("<think>")
 
 
+def test_detours_teach_recovery_with_the_experts_labels(tmp_path):
+    """Noise injection: the data reaches states the plain expert never visits (dead ends), and
+    every example still teaches the expert's move (with every room hinted: the hinted door)."""
+    from agentrl.envs.testbed import TestbedConfig
+    from agentrl.prompting import parse_action
+
+    def examples(detours):
+        path = tmp_path / f"d{detours}.jsonl"
+        stats = collect_expert_data(make_env(TestbedConfig(doors=3)), PromptConfig(template=COMPACT, history_length=0), 40, path, 0, detours=detours)
+        return stats, [json.loads(line)["messages"] for line in path.read_text().splitlines()]
+
+    plain_stats, plain = examples(0.0)
+    noisy_stats, noisy = examples(0.3)
+    assert plain_stats["successful"] == 40 and not any("dead end" in m[0]["content"] for m in plain)
+    dead_ends = [m for m in noisy if "A dead end" in m[0]["content"]]
+    assert len(dead_ends) >= 5 and all(parse_action(m[1]["content"]) == "go back" for m in dead_ends)
+    for user, assistant in noisy:
+        action = parse_action(assistant["content"])
+        if action.startswith("go through"):
+            hinted = user["content"].split("A draft comes through the ")[1].split(" door")[0]
+            assert action == f"go through {hinted} door"
+
+
 def test_malformed_dataset_line_is_named(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"messages": [{"role": "user", "content": "x"}]}\n{"oops": 1}\n')

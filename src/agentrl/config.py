@@ -677,6 +677,10 @@ class SFTConfig(Section):
     """An existing JSONL chat dataset to train on instead of collecting expert episodes."""
     judgments: int = Field(0, ge=0)
     """Judgment examples mixed into the collected data (GCD cold start; paper: ~100)."""
+    detours: float = Field(0.0, ge=0, lt=1)
+    """Share of expert steps that execute a random admissible action instead (the example keeps
+    the expert's): data that shows recovering from errors. For experts that plan from the current
+    state (household, testbed); a fixed-path expert stops at the first detour it cannot undo."""
     epochs: int = Field(3, ge=1)
     """Passes over the SFT data."""
     batch_size: int = Field(32, ge=1)

@@ -13,19 +13,25 @@ from agentrl.prompting import HistoryEntry, format_response, render_prompt
 from agentrl.rollout.types import StepSample, Trajectory
 
 
-def expert_episode(env, task_id: str, prompt) -> list[dict]:
+def expert_episode(env, task_id: str, prompt, detours: float = 0.0, rng: random.Random | None = None) -> list[dict]:
     """The chat examples of one expert episode, or [] if the expert failed it (or, like ALFWorld's
-    hand-coded agent, found no move)."""
+    hand-coded agent, found no move).
+
+    With `detours` > 0 (noise injection, as in DART, Laskey et al. 2017) each step executes a
+    random admissible action instead of the expert's with that probability; the example still
+    teaches the expert's action, so the data shows how to recover from states an error leads to.
+    Such an episode keeps its examples up to the point where the expert can no longer win it."""
     obs = env.reset(task_id)
     history: list[HistoryEntry] = []
     examples = []
     visited: set[str] = set()
+    detoured = False
     for step in range(env.max_steps):
         user = render_prompt(prompt.template, obs, history, step, prompt.history_length)
         try:
             thought, action = env.expert_action()
         except NoExpertMove:
-            return []
+            return examples if detoured else []
         tag = "think"
         if prompt.expert_tags == "meta":
             tag = "planning" if step == 0 else "explore" if _goes_somewhere_new(action, visited) else "monitor"
@@ -33,12 +39,15 @@ def expert_episode(env, task_id: str, prompt) -> list[dict]:
             {"role": "user", "content": user},
             {"role": "assistant", "content": format_response(thought, action, tag)},
         ]})
+        if detours and rng.random() < detours:
+            action = rng.choice(obs.admissible_actions)
+            detoured = True
         result = env.step(action)
         history.append(HistoryEntry(obs.text, action))
         obs = result.observation
         if result.done:
-            return examples if result.success else []
-    return []
+            return examples if result.success or detoured else []
+    return examples if detoured else []
 
 
 def _goes_somewhere_new(action: str, visited: set[str]) -> bool:
@@ -50,8 +59,9 @@ def _goes_somewhere_new(action: str, visited: set[str]) -> bool:
 
 
 def collect_expert_data(env, prompt, episodes: int, path: str | Path, seed: int,
-                        split: str = "train") -> dict:
-    """Write the successful expert episodes of `episodes` sampled tasks to `path`."""
+                        split: str = "train", detours: float = 0.0) -> dict:
+    """Write the successful expert episodes of `episodes` sampled tasks to `path` (with `detours`,
+    see `expert_episode`, every episode's examples)."""
     rng = random.Random(seed)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,7 +69,7 @@ def collect_expert_data(env, prompt, episodes: int, path: str | Path, seed: int,
     with path.open("w") as f, task("expert data", episodes) as advance:
         for task_id in sample_tasks(env, split, episodes, rng):
             advance()
-            examples = expert_episode(env, task_id, prompt)
+            examples = expert_episode(env, task_id, prompt, detours, rng)
             kept += bool(examples)
             steps += len(examples)
             for example in examples:
