@@ -30,7 +30,8 @@ def test_detours_teach_recovery_with_the_experts_labels(tmp_path):
 
     def examples(detours):
         path = tmp_path / f"d{detours}.jsonl"
-        stats = collect_expert_data(make_env(TestbedConfig(doors=3)), PromptConfig(template=COMPACT, history_length=0), 40, path, 0, detours=detours)
+        prompt = PromptConfig(template=COMPACT, history_length=0)
+        stats = collect_expert_data(make_env(TestbedConfig(doors=3)), prompt, 40, path, 0, detours=detours)
         return stats, [json.loads(line)["messages"] for line in path.read_text().splitlines()]
 
     plain_stats, plain = examples(0.0)
