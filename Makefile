@@ -123,7 +123,8 @@ compare-estimators: $(STAMP)  ## GRPO / RLOO / GiGPO / GAGPO / PPO over SEEDS (a
 
 # The credit-assignment testbed (recipes/testbed.yaml): one cold start per SETTING, made with the
 # setting's env overrides (TESTBED_SET="env.horizon=6 env.hint_rate=0.5"), then GRPO vs GiGPO vs GAGPO
-# from it over SEEDS. Results: runs/testbed/SETTING/{summary.md,summary.json,curves.png}.
+# from it over SEEDS. Results: runs/testbed/SETTING/{summary.md,summary.json,curves.png}, copied to
+# benchmarks/results/testbed-SETTING.*.
 SETTING ?= base
 TESTBED_SET ?=
 TESTBED_OVERRIDES = $(foreach item,$(TESTBED_SET),--set $(item))
@@ -134,6 +135,9 @@ testbed: $(STAMP)  ## GRPO / GiGPO / GAGPO on the testbed over SEEDS (SETTING=na
 		--out runs/testbed/$(SETTING) --seeds $(SEEDS) $(TESTBED_OVERRIDES) \
 		--method "grpo:" --method "gigpo:rl.advantage={type: gigpo}" \
 		--method "gagpo:rl.advantage={type: gagpo};rl.loss={type: seq_ratio}"
+	cp runs/testbed/$(SETTING)/summary.md benchmarks/results/testbed-$(SETTING).md
+	cp runs/testbed/$(SETTING)/summary.json benchmarks/results/testbed-$(SETTING).json
+	cp runs/testbed/$(SETTING)/curves.png benchmarks/results/testbed-$(SETTING)-curves.png
 
 # GRPO vs GRPO + GCD (generative judge, and the value-head classifier ablation) and GiGPO + GCD
 # from one cold start with judgment data, SEEDS each, equal budget, plus the coupling lab on
