@@ -138,6 +138,10 @@ testbed: $(STAMP)  ## GRPO / GiGPO / GAGPO on the testbed over SEEDS (SETTING=na
 	cp runs/testbed/$(SETTING)/summary.md benchmarks/results/testbed-$(SETTING).md
 	cp runs/testbed/$(SETTING)/summary.json benchmarks/results/testbed-$(SETTING).json
 	cp runs/testbed/$(SETTING)/curves.png benchmarks/results/testbed-$(SETTING)-curves.png
+	$(PY) -c 'import json, sys; print(json.dumps({"set": sys.argv[1], "sft": json.load(open(sys.argv[2]))}, indent=1))' \
+		"$(TESTBED_SET)" runs/testbed/$(SETTING)/coldstart/eval/sft/results.json > benchmarks/results/testbed-$(SETTING)-coldstart.json
+	$(PY) benchmarks/testbed_table.py
+	$(PY) benchmarks/readme_tables.py
 
 # GRPO vs GRPO + GCD (generative judge, and the value-head classifier ablation) and GiGPO + GCD
 # from one cold start with judgment data, SEEDS each, equal budget, plus the coupling lab on

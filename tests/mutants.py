@@ -243,6 +243,8 @@ MUTANTS = [
            ["test_sft.py"]),
     Mutant("sft data: detours are ignored", "src/agentrl/data.py",
            "if detours and rng.random() < detours:", "if False:", ["test_sft.py"]),
+    Mutant("testbed report: a pair written baseline - method is not turned round", "benchmarks/testbed_table.py",
+           '"difference": -row["difference"]', '"difference": row["difference"]', ["test_readme_tables.py"]),
     # --- provenance --------------------------------------------------------------------------------
     Mutant("provenance: plugin source not hashed", "src/agentrl/provenance.py",
            "digest.update(file.read_bytes())", 'digest.update(b"")', ["test_plugins.py"]),

@@ -1,5 +1,6 @@
 """The README's results tables are the result files' text: none is typed, none is stale."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -28,3 +29,21 @@ def test_a_changed_result_file_makes_its_table_stale(tmp_path):
     assert done.returncode == 1 and "r.md is stale" in done.stdout
     subprocess.run(check[:-1], check=True)  # rewrite
     assert readme.read_text() == "intro\n<!-- results: r.md -->\n| a |\n|---|\n| 2 |\n<!-- end results -->\nafter\n"
+
+
+def test_the_testbed_report_is_written_from_its_result_files(tmp_path):
+    from testbed_table import table
+
+    results = ROOT / "benchmarks" / "results"
+    if (results / "testbed.md").exists():
+        assert (results / "testbed.md").read_text() == table(results), "run python benchmarks/testbed_table.py"
+    # every difference is read as method - GRPO, whichever way round the comparison wrote the pair
+    row = {"difference": 0.1, "ci95": [0.05, 0.2], "per_seed": [0.05, 0.15], "mdd": 0.08}
+    base = {"mean": 0.4, "ci95": [0.3, 0.5], "per_seed": [0.3, 0.5]}
+    summary = {"splits": ["l0"], "methods": {"grpo": {"l0": base}, "gigpo": {"l0": base}},
+               "pairs": {"grpo - gigpo": {"l0": row}}}
+    (tmp_path / "testbed-x.json").write_text(json.dumps(summary))
+    coldstart = {"set": "env.delay=4", "sft": {"l0": {"success": 0.35}}}
+    (tmp_path / "testbed-x-coldstart.json").write_text(json.dumps(coldstart))
+    line = table(tmp_path).splitlines()[2]
+    assert "| x | `env.delay=4` | L0 | 35 | 40.0 [30.0, 50.0] | gigpo: -10.0 [-20.0, -5.0]* (8) | 2 |" == line
