@@ -10,7 +10,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: help demo demo-seeds lock testbed test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
+.PHONY: help demo demo-seeds lock testbed testbed-gcd test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
 	pipeline sft rl eval plan
 
 help:  ## this list
@@ -128,13 +128,15 @@ compare-estimators: $(STAMP)  ## GRPO / RLOO / GiGPO / GAGPO / PPO over SEEDS (a
 SETTING ?= base
 TESTBED_SET ?=
 TESTBED_OVERRIDES = $(foreach item,$(TESTBED_SET),--set $(item))
+TESTBED_METHODS ?= --method "grpo:" --method "gigpo:rl.advantage={type: gigpo}" \
+	--method "gagpo:rl.advantage={type: gagpo};rl.loss={type: seq_ratio}"
+GCD_METHODS = --method "grpo:" \
+	--method "grpo+gcd:rl.aux=[{type: gcd, labels: [rules, env], pairs_per_step: 16, eval_pairs: 40}]"
 testbed: $(STAMP)  ## GRPO / GiGPO / GAGPO on the testbed over SEEDS (SETTING=name TESTBED_SET="env.k=v ...")
 	$(VENV)/bin/agentrl run recipes/testbed.yaml --set run_dir=runs/testbed/$(SETTING)/coldstart \
 		--set model.path=runs/testbed/$(SETTING)/coldstart/model-init --set rl.steps=0 $(TESTBED_OVERRIDES)
 	$(VENV)/bin/agentrl compare recipes/testbed.yaml --model runs/testbed/$(SETTING)/coldstart/sft/model \
-		--out runs/testbed/$(SETTING) --seeds $(SEEDS) $(TESTBED_OVERRIDES) \
-		--method "grpo:" --method "gigpo:rl.advantage={type: gigpo}" \
-		--method "gagpo:rl.advantage={type: gagpo};rl.loss={type: seq_ratio}"
+		--out runs/testbed/$(SETTING) --seeds $(SEEDS) $(TESTBED_OVERRIDES) $(TESTBED_METHODS)
 	cp runs/testbed/$(SETTING)/summary.md benchmarks/results/testbed-$(SETTING).md
 	cp runs/testbed/$(SETTING)/summary.json benchmarks/results/testbed-$(SETTING).json
 	cp runs/testbed/$(SETTING)/curves.png benchmarks/results/testbed-$(SETTING)-curves.png
@@ -142,6 +144,11 @@ testbed: $(STAMP)  ## GRPO / GiGPO / GAGPO on the testbed over SEEDS (SETTING=na
 		"$(TESTBED_SET)" runs/testbed/$(SETTING)/coldstart/eval/sft/results.json > benchmarks/results/testbed-$(SETTING)-coldstart.json
 	$(PY) benchmarks/testbed_table.py
 	$(PY) benchmarks/readme_tables.py
+
+# GRPO vs GRPO + GCD on a testbed setting: a cold start with 200 judgment examples, results as
+# testbed-SETTING-gcd.
+testbed-gcd: $(STAMP)  ## GRPO vs GRPO + GCD on the testbed over SEEDS (SETTING=name TESTBED_SET="...")
+	$(MAKE) testbed SETTING=$(SETTING)-gcd TESTBED_SET="$(TESTBED_SET) sft.judgments=200" TESTBED_METHODS='$(GCD_METHODS)'
 
 # GRPO vs GRPO + GCD (generative judge, and the value-head classifier ablation) and GiGPO + GCD
 # from one cold start with judgment data, SEEDS each, equal budget, plus the coupling lab on
