@@ -1,11 +1,15 @@
 """The README's results tables, written from the result files, never typed.
 
-A table in README.md stands between two markers and is replaced by the text of the file the
-first one names (a summary.md that `agentrl compare` or a benchmark wrote):
+A table in README.md stands between two markers and is replaced by what the first one names: the
+text of a Markdown file (a summary.md that `agentrl compare` or a benchmark wrote), or a table of a
+benchmark's CSV rows (`columns=` picks and orders the columns, each `where=column=value` keeps the
+matching rows), or of a JSON file's entries (`rows=KEY`: one row per top-level entry holding a KEY
+object, whose fields are the columns):
 
     <!-- results: benchmarks/results/demo-seeds.md -->
     ...
     <!-- end results -->
+    <!-- results: benchmarks/results/sampler.csv columns=hidden,layers,hf_tok_s where=device=cpu -->
 
     python benchmarks/readme_tables.py            # rewrite the tables
     python benchmarks/readme_tables.py --check    # exit 1 naming each table that is stale
@@ -14,12 +18,49 @@ first one names (a summary.md that `agentrl compare` or a benchmark wrote):
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCK = re.compile(r"(<!-- results: (?P<file>\S+) -->\n)(?P<body>.*?)(<!-- end results -->)", re.DOTALL)
+BLOCK = re.compile(r"(<!-- results: (?P<file>\S+)(?P<options>(?: \S+)*) -->\n)(?P<body>.*?)(?P<end><!-- end results -->)",
+                   re.DOTALL)
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = [header, ["---"] * len(header), *rows]
+    return "".join("| " + " | ".join(line) + " |\n" for line in lines)
+
+
+def csv_table(path: Path, columns: list[str], where: list[tuple[str, str]]) -> str:
+    with path.open(newline="") as f:
+        rows = [row for row in csv.DictReader(f) if all(row[k] == v for k, v in where)]
+    columns = columns or list(rows[0])
+    return markdown(columns, [[row[c] for c in columns] for row in rows])
+
+
+def json_table(path: Path, key: str) -> str:
+    data = json.loads(path.read_text())
+    entries = {name: value[key] for name, value in data.items() if isinstance(value, dict) and key in value}
+    columns = list(next(iter(entries.values())))
+    return markdown(["", *columns], [[name, *(_cell(row[c]) for c in columns)] for name, row in entries.items()])
+
+
+def _cell(value) -> str:
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def table(path: Path, options: str) -> str:
+    """The text a marker with these options stands for."""
+    settings = [option.split("=", 1) for option in options.split()]
+    if path.suffix == ".csv":
+        columns = next((v.split(",") for k, v in settings if k == "columns"), [])
+        return csv_table(path, columns, [tuple(v.split("=", 1)) for k, v in settings if k == "where"])
+    if path.suffix == ".json":
+        return json_table(path, dict(settings)["rows"])
+    return path.read_text()
 
 
 def render(readme: str, root: Path = ROOT) -> tuple[str, list[str]]:
@@ -27,10 +68,10 @@ def render(readme: str, root: Path = ROOT) -> tuple[str, list[str]]:
     stale = []
 
     def fill(match: re.Match) -> str:
-        text = (root / match["file"]).read_text()
+        text = table(root / match["file"], match["options"])
         if match["body"] != text:
             stale.append(match["file"])
-        return match.group(1) + text + match.group(4)
+        return match.group(1) + text + match["end"]
 
     return BLOCK.sub(fill, readme), stale
 

@@ -245,6 +245,8 @@ MUTANTS = [
            "if detours and rng.random() < detours:", "if False:", ["test_sft.py"]),
     Mutant("testbed report: a pair written baseline - method is not turned round", "benchmarks/testbed_table.py",
            '"difference": -row["difference"]', '"difference": row["difference"]', ["test_readme_tables.py"]),
+    Mutant("readme tables: a CSV table keeps every row", "benchmarks/readme_tables.py",
+           "if all(row[k] == v for k, v in where)", "if True", ["test_readme_tables.py"]),
     # --- provenance --------------------------------------------------------------------------------
     Mutant("provenance: plugin source not hashed", "src/agentrl/provenance.py",
            "digest.update(file.read_bytes())", 'digest.update(b"")', ["test_plugins.py"]),

@@ -13,7 +13,7 @@ from readme_tables import BLOCK, render  # noqa: E402
 
 def test_every_results_table_in_the_readme_is_current():
     readme = (ROOT / "README.md").read_text()
-    assert len(BLOCK.findall(readme)) >= 2  # the estimators, GCD
+    assert len(BLOCK.findall(readme)) >= 8  # the estimators, GCD, the benchmarks
     _, stale = render(readme)
     assert stale == [], f"stale tables: {stale} (run python benchmarks/readme_tables.py)"
 
@@ -47,3 +47,16 @@ def test_the_testbed_report_is_written_from_its_result_files(tmp_path):
     (tmp_path / "testbed-x-coldstart.json").write_text(json.dumps(coldstart))
     line = table(tmp_path).splitlines()[2]
     assert "| x | `env.delay=4` | L0 | 35 | 40.0 [30.0, 50.0] | gigpo: -10.0 [-20.0, -5.0]* (8) | 2 |" == line
+
+
+def test_csv_and_json_tables_pick_columns_and_rows(tmp_path):
+    (tmp_path / "r.csv").write_text("device,n,ms\ncpu,1,2.5\ngpu,1,0.1\ncpu,2,5.0\n")
+    (tmp_path / "r.json").write_text('{"model": "m", "a": {"pairs": {"nn": 0.912, "pp": 0.5}}, "b": {"pairs": {"nn": 1, "pp": 0.25}}}')
+    readme = ("<!-- results: r.csv columns=n,ms where=device=cpu -->\n<!-- end results -->\n"
+              "<!-- results: r.json rows=pairs -->\n<!-- end results -->\n")
+    text, stale = render(readme, tmp_path)
+    assert stale == ["r.csv", "r.json"]
+    assert text == ("<!-- results: r.csv columns=n,ms where=device=cpu -->\n"
+                    "| n | ms |\n| --- | --- |\n| 1 | 2.5 |\n| 2 | 5.0 |\n<!-- end results -->\n"
+                    "<!-- results: r.json rows=pairs -->\n"
+                    "|  | nn | pp |\n| --- | --- | --- |\n| a | 0.91 | 0.50 |\n| b | 1 | 0.25 |\n<!-- end results -->\n")
