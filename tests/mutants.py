@@ -247,6 +247,12 @@ MUTANTS = [
            '"difference": -row["difference"]', '"difference": row["difference"]', ["test_readme_tables.py"]),
     Mutant("readme tables: a CSV table keeps every row", "benchmarks/readme_tables.py",
            "if all(row[k] == v for k, v in where)", "if True", ["test_readme_tables.py"]),
+    Mutant("judge counts: every answer counts as parsed", "src/agentrl/gcd/judge.py",
+           '"parsed": sum(v is not None for a in received for v in a)', '"parsed": sum(map(len, received))', GCD),
+    Mutant("judge counts: agreed counts the steps asked", "src/agentrl/gcd/judge.py",
+           '"agreed": sum(v is not None for v in verdicts)', '"agreed": len(steps)', GCD),
+    Mutant("serve: a streaming request is answered as if not streamed", "src/agentrl/serve.py",
+           'if body.get("stream"):', "if False:", GCD),
     # --- provenance --------------------------------------------------------------------------------
     Mutant("provenance: plugin source not hashed", "src/agentrl/provenance.py",
            "digest.update(file.read_bytes())", 'digest.update(b"")', ["test_plugins.py"]),

@@ -142,12 +142,27 @@ def test_external_judge_over_a_real_http_server(judge_server):
     steps = traj(["kitchen", "garden", "hall"]).steps
     judge = ExternalJudge(endpoint, asks=5, agree=4, temperature=0.0, max_tokens=20)
     assert judge.label(steps) == [True, True, True]
-    assert judge.errors == 0
+    assert judge.errors == 0 and judge.counts == {"asked": 3, "answers": 15, "parsed": 15, "agreed": 3}
     never = ExternalJudge(endpoint, asks=2, agree=2, temperature=0.0, max_tokens=2)  # cut before the tag
     assert never.label(steps) == [None, None, None]
+    assert never.counts == {"asked": 3, "answers": 6, "parsed": 0, "agreed": 0}  # why no step got a label
+    split = ExternalJudge(endpoint, asks=3, agree=3, temperature=1.0, max_tokens=20)
+    split.label(steps)
+    assert split.counts["agreed"] <= 3 and split.counts["parsed"] <= split.counts["answers"] == 9
 
     down = ExternalJudge(ChatEndpoint("http://127.0.0.1:9/v1", "x", None, 5), 5, 4, 0.0, 8)
     assert down.label(steps) == [None] * 3 and down.errors == 3
+    assert down.counts == {"asked": 3, "answers": 0, "parsed": 0, "agreed": 0}
+
+
+def test_the_openai_sdk_against_agentrl_serve(judge_server):
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=judge_server, api_key="unused", max_retries=0)
+    reply = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], n=2,
+                                           max_tokens=4, temperature=1.0)
+    assert len(reply.choices) == 2 and all(isinstance(c.message.content, str) for c in reply.choices)
+    with pytest.raises(openai.BadRequestError, match="stream=true is not supported"):  # refused, not silent
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], stream=True)
 
 
 def test_agreement_above_asks_is_a_config_error():
@@ -180,6 +195,8 @@ def test_training_with_gcd_logs_judge_metrics_and_correction(tiny_model_dir, tmp
     for r in rows:  # the optimist labels 2 unlabelled steps good; the environment supplies the bad ones
         assert r["aux/gcd/labels/llm_good"] == 2 and r["aux/gcd/labels/env_bad"] > 0
         assert r["aux/gcd/pairs"] == 4 and r["aux/gcd/labels/llm_errors"] == 0
+        assert r["aux/gcd/labels/llm_asked"] == 2 and r["aux/gcd/labels/llm_agreed"] == 2
+        assert r["aux/gcd/labels/llm_answers"] == 4 and r["aux/gcd/labels/llm_parsed"] == 4
         assert {"aux/gcd/loss", "aux/gcd/judge_accuracy", "aux/gcd/verdict_parse_rate", "timing_s/aux_prepare"} <= set(r)
     # The random actor's judgments never parse, so there are no critiques and no correction yet.
     assert all(r["aux/gcd/verdict_parse_rate"] == 0 and r["aux/gcd/judge_accuracy"] == 0 for r in rows)

@@ -1,8 +1,10 @@
 """A minimal OpenAI-compatible chat-completions server over a local Hugging Face model.
 
 For a local judge (GCD's external labels, the correction summariser) and for tests: POST
-/v1/chat/completions with {model, messages, n, temperature, max_tokens} returns `n` choices.
-Requests are served one at a time (generation holds a lock); this is not a production server.
+/v1/chat/completions with {model, messages, n, temperature, top_p, max_tokens} returns `n`
+choices. Streaming (`stream: true`) is refused with 400 and the reason, never answered with a
+reply a streaming client cannot read. Requests are served one at a time (generation holds a
+lock); this is not a production server.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ def make_server(model, tokenizer, host: str = "127.0.0.1", port: int = 0, name: 
                 return self._reply(404, {"error": {"message": f"no route {self.path}"}})
             try:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                if body.get("stream"):
+                    raise ValueError("stream=true is not supported by agentrl serve; ask without streaming")
                 messages, n = body["messages"], int(body.get("n", 1))
                 params = SamplingConfig(temperature=float(body.get("temperature", 1.0)),
                                         top_p=float(body.get("top_p", 1.0)),

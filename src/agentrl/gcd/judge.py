@@ -121,17 +121,29 @@ class ExternalJudge:
         self.temperature, self.max_tokens, self.concurrency = temperature, max_tokens, concurrency
         self.errors = 0
         """Requests that failed (network, HTTP status, malformed reply); their steps stay unlabelled."""
+        self.counts = dict.fromkeys(("asked", "answers", "parsed", "agreed"), 0)
+        """The last `label` call's steps asked about, answers received, answers with a verdict, and
+        steps whose verdicts agreed (each step that is not labelled is in one of the gaps)."""
 
-    def _label(self, step: StepSample) -> bool | None:
+    def _ask(self, step: StepSample) -> list[bool | None] | EndpointError:
+        """The parsed verdicts of the answers about `step`, or the request's failure."""
         try:
             replies = self.endpoint.complete(judge_prompt(step), self.asks, self.temperature, self.max_tokens)
         except EndpointError as error:
-            self.errors += 1
-            if self.errors == 1:
-                print(f"external judge at {self.endpoint.url} failed ({error}); such steps stay unlabelled")
-            return None
-        return vote([parse_verdict(r) for r in replies], self.agree)
+            return error
+        return [parse_verdict(r) for r in replies]
 
     def label(self, steps: list[StepSample]) -> list[bool | None]:
         with ThreadPoolExecutor(self.concurrency) as executor:
-            return list(executor.map(self._label, steps))
+            answers = list(executor.map(self._ask, steps))
+        failures = [a for a in answers if isinstance(a, EndpointError)]
+        if failures and self.errors == 0:
+            print(f"external judge at {self.endpoint.url} failed ({failures[0]}); such steps stay unlabelled")
+        self.errors += len(failures)
+        answers = [None if isinstance(a, EndpointError) else a for a in answers]
+        verdicts = [None if a is None else vote(a, self.agree) for a in answers]
+        received = [a for a in answers if a is not None]
+        self.counts = {"asked": len(steps), "answers": sum(map(len, received)),
+                       "parsed": sum(v is not None for a in received for v in a),
+                       "agreed": sum(v is not None for v in verdicts)}
+        return verdicts

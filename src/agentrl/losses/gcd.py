@@ -34,12 +34,15 @@ def select_pairs(judge, trajectories, step: int):
     """The step's balanced (state, action) pairs to judge, and the label metrics."""
     cfg = judge.config
     rng = random.Random(f"{judge.seed}:{judge.name}:{step}")
+    if judge.external is not None:
+        judge.external.counts = dict.fromkeys(judge.external.counts, 0)  # a step that asks nothing logs zeros
     labelled = label_steps(trajectories, cfg.labels, judge.external, cfg.external.pairs_per_step
                            if cfg.external else 0, rng)
     chosen = balanced_selection(labelled, cfg.pairs_per_step, rng)
     metrics = {**label_counts(labelled), "pairs": float(len(chosen))}
     if judge.external is not None:
         metrics["labels/llm_errors"] = float(judge.external.errors)
+        metrics.update({f"labels/llm_{k}": float(v) for k, v in judge.external.counts.items()})
     correction = getattr(judge, "correction", None)
     if correction is not None and correction.config.summarizer == "endpoint":
         metrics["correction_errors"] = float(correction.errors)
