@@ -253,6 +253,12 @@ MUTANTS = [
            '"agreed": sum(v is not None for v in verdicts)', '"agreed": len(steps)', GCD),
     Mutant("serve: a streaming request is answered as if not streamed", "src/agentrl/serve.py",
            'if body.get("stream"):', "if False:", GCD),
+    Mutant("tis: weights p_sampler / p_actor", "src/agentrl/trainer.py",
+           "torch.clamp(torch.exp(log_ratio), max=rl.tis_cap)", "torch.clamp(torch.exp(-log_ratio), max=rl.tis_cap)",
+           ["test_trainer.py"]),
+    Mutant("tis: the cap binds from below", "src/agentrl/trainer.py",
+           "torch.clamp(torch.exp(log_ratio), max=rl.tis_cap)", "torch.clamp(torch.exp(log_ratio), min=rl.tis_cap)",
+           ["test_trainer.py"]),
     # --- provenance --------------------------------------------------------------------------------
     Mutant("provenance: plugin source not hashed", "src/agentrl/provenance.py",
            "digest.update(file.read_bytes())", 'digest.update(b"")', ["test_plugins.py"]),

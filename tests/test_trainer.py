@@ -464,16 +464,16 @@ def test_ppo_critic_regresses_onto_the_step_returns(choice_model_dir, tmp_path):
 
 
 class OverconfidentSampler:
-    """The trainer's real sampler, reporting every sampled token 0.5 nats more likely than it was
-    (what a sampler with other numerics, or a stale copy of the weights, looks like)."""
+    """The trainer's real sampler, reporting every sampled token `shift` nats more likely than it
+    was (what a sampler with other numerics, or a stale copy of the weights, looks like)."""
 
-    def __init__(self, sampler):
-        self.sampler = sampler
+    def __init__(self, sampler, shift: float = 0.5):
+        self.sampler, self.shift = sampler, shift
 
     def generate(self, prompts, params):
         generations = self.sampler.generate(prompts, params)
         for g in generations:
-            g.logprobs = [x + 0.5 for x in g.logprobs]
+            g.logprobs = [x + self.shift for x in g.logprobs]
         return generations
 
     def update_weights(self, weights):
@@ -506,6 +506,26 @@ def test_sampler_actor_gap_is_measured_and_old_logprobs_and_tis_follow_the_choic
     assert honest_tis["actor/grad_norm"] == pytest.approx(0.3 * honest_actor["actor/grad_norm"], rel=1e-3)
     with pytest.raises(ValueError, match="tis_cap"):
         small_config(tmp_path, 1, tis_cap=2.0)
+
+
+def test_tis_weights_are_p_actor_over_p_sampler_capped_from_above(choice_model_dir, tmp_path):
+    """A sampler that over- or under-states its tokens' probabilities by a constant: every token's
+    weight is then p_actor / p_sampler = exp(-shift), and the update's gradient scales by exactly
+    that (or by the cap where it binds). The weights the wrong way round give exp(+shift)."""
+    import twostep
+
+    def off_step(shift, **rl):
+        config = twostep.config(tmp_path / f"{shift}-{len(rl)}", 2, temperature=0.8, old_logprobs="actor", **rl)
+        with RLTrainer(config, str(choice_model_dir), Path(config.run_dir)) as trainer:
+            trainer.learn(trainer.rollout(1), 1)
+            trainer.sampler = OverconfidentSampler(trainer.sampler, shift)
+            return trainer.learn(trainer.rollout(2), 2)["actor/grad_norm"]
+
+    over = off_step(0.5)
+    assert over > 1e-3
+    assert off_step(0.5, tis_cap=2.0) == pytest.approx(math.exp(-0.5) * over, rel=1e-3)  # the cap does not bind
+    under = off_step(-0.5)
+    assert off_step(-0.5, tis_cap=1.2) == pytest.approx(1.2 * under, rel=1e-3)  # exp(0.5) = 1.65, capped at 1.2
 
 
 def sampled_and_trained(config, model_dir):
