@@ -123,14 +123,15 @@ compare-estimators: $(STAMP)  ## GRPO / RLOO / GiGPO / GAGPO / PPO over SEEDS (a
 
 # The credit-assignment testbed (recipes/testbed.yaml): one cold start per SETTING, made with the
 # setting's env overrides (TESTBED_SET="env.horizon=6 env.hint_rate=0.5"), then GRPO vs GiGPO vs GAGPO
-# from it over SEEDS. Results: runs/testbed/SETTING/{summary.md,summary.json,curves.png}, copied to
-# benchmarks/results/testbed-SETTING.*.
+# from it over SEEDS, and the cold start itself evaluated at each seed (`sft`: no RL step). Results:
+# runs/testbed/SETTING/{summary.md,summary.json,curves.png}, copied to benchmarks/results/testbed-SETTING.*;
+# benchmarks/results/testbed.md is the report over every setting.
 SETTING ?= base
 TESTBED_SET ?=
 TESTBED_OVERRIDES = $(foreach item,$(TESTBED_SET),--set $(item))
-TESTBED_METHODS ?= --method "grpo:" --method "gigpo:rl.advantage={type: gigpo}" \
+TESTBED_METHODS ?= --method "sft:rl.steps=0" --method "grpo:" --method "gigpo:rl.advantage={type: gigpo}" \
 	--method "gagpo:rl.advantage={type: gagpo};rl.loss={type: seq_ratio}"
-GCD_METHODS = --method "grpo:" \
+GCD_METHODS = --method "sft:rl.steps=0" --method "grpo:" \
 	--method "grpo+gcd:rl.aux=[{type: gcd, labels: [rules, env], pairs_per_step: 16, eval_pairs: 40}]"
 testbed: $(STAMP)  ## GRPO / GiGPO / GAGPO on the testbed over SEEDS (SETTING=name TESTBED_SET="env.k=v ...")
 	$(VENV)/bin/agentrl run recipes/testbed.yaml --set run_dir=runs/testbed/$(SETTING)/coldstart \

@@ -5,7 +5,8 @@ setting's overrides and its cold start's evaluation) into benchmarks/results/tes
     python benchmarks/testbed_table.py
 
 Each method is compared with the baseline (GRPO) by its paired difference over seeds, in points,
-with the 95% bootstrap interval and the minimum detectable difference at the seeds used.
+with the 95% bootstrap interval and the minimum detectable difference at the seeds used; GRPO with
+the cold start itself (the method `sft`: no RL step, evaluated at each seed) by GRPO - SFT.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BASELINE = "grpo"
+START = "sft"
 
 
-def oriented(pairs: dict, method: str) -> dict[str, dict]:
-    """The pair `method - BASELINE` per split, whichever way round the comparison wrote it."""
-    if f"{method} - {BASELINE}" in pairs:
-        return pairs[f"{method} - {BASELINE}"]
-    flipped = pairs[f"{BASELINE} - {method}"]
+def oriented(pairs: dict, a: str, b: str) -> dict[str, dict]:
+    """The pair `a - b` per split, whichever way round the comparison wrote it."""
+    if f"{a} - {b}" in pairs:
+        return pairs[f"{a} - {b}"]
+    flipped = pairs[f"{b} - {a}"]
     return {split: {**row, "difference": -row["difference"], "ci95": [-row["ci95"][1], -row["ci95"][0]]}
             for split, row in flipped.items()}
 
@@ -35,7 +37,7 @@ def cell(row: dict) -> str:
 
 
 def table(results: Path = RESULTS) -> str:
-    lines = ["| setting | overrides | split | SFT | GRPO, mean [95% CI] | difference - GRPO [95% CI] (MDD) | seeds |",
+    lines = ["| setting | overrides | split | SFT | GRPO, mean [95% CI] | paired difference [95% CI] (MDD) | seeds |",
              "|---|---|---|---|---|---|---|"]
     for path in sorted(results.glob("testbed-*.json")):
         if path.stem.endswith("-coldstart"):
@@ -43,17 +45,21 @@ def table(results: Path = RESULTS) -> str:
         setting = path.stem.removeprefix("testbed-")
         summary = json.loads(path.read_text())
         coldstart = json.loads((results / f"testbed-{setting}-coldstart.json").read_text())
-        others = [m for m in summary["methods"] if m != BASELINE]
+        methods = summary["methods"]
+        pairs = [(BASELINE, START)] if START in methods else []
+        pairs += [(m, BASELINE) for m in methods if m not in (BASELINE, START)]
         for split in summary["splits"]:
-            base = summary["methods"][BASELINE][split]
+            base = methods[BASELINE][split]
             low, high = (100 * x for x in base["ci95"])
-            differences = "<br>".join(f"{m}: {cell(oriented(summary['pairs'], m)[split])}" for m in others)
+            start = methods[START][split]["mean"] if START in methods else coldstart["sft"][split]["success"]
+            differences = "<br>".join(f"{a} - {b}: {cell(oriented(summary['pairs'], a, b)[split])}" for a, b in pairs)
             lines.append(f"| {setting} | `{coldstart['set'] or 'defaults'}` | {split.upper()} | "
-                         f"{100 * coldstart['sft'][split]['success']:.0f} | {100 * base['mean']:.1f} "
+                         f"{100 * start:.0f} | {100 * base['mean']:.1f} "
                          f"[{low:.1f}, {high:.1f}] | {differences} | {len(base['per_seed'])} |")
     return "\n".join(lines) + ("\n\nPoints of success. `*`: the paired interval excludes 0. MDD: the smallest "
                                "difference these seeds detect with 80% power ('-': no spread to size it by). "
-                               "SFT: the setting's cold start, the starting point of every run.\n")
+                               "SFT: the setting's cold start, the starting point of every run (mean over the "
+                               "seeds' evaluations where the comparison has it, else its own evaluation).\n")
 
 
 def main() -> int:

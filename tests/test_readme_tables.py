@@ -46,7 +46,7 @@ def test_the_testbed_report_is_written_from_its_result_files(tmp_path):
     coldstart = {"set": "env.delay=4", "sft": {"l0": {"success": 0.35}}}
     (tmp_path / "testbed-x-coldstart.json").write_text(json.dumps(coldstart))
     line = table(tmp_path).splitlines()[2]
-    assert "| x | `env.delay=4` | L0 | 35 | 40.0 [30.0, 50.0] | gigpo: -10.0 [-20.0, -5.0]* (8) | 2 |" == line
+    assert "| x | `env.delay=4` | L0 | 35 | 40.0 [30.0, 50.0] | gigpo - grpo: -10.0 [-20.0, -5.0]* (8) | 2 |" == line
 
 
 def test_csv_and_json_tables_pick_columns_and_rows(tmp_path):
