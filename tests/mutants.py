@@ -260,6 +260,8 @@ MUTANTS = [
            "torch.clamp(torch.exp(log_ratio), max=rl.tis_cap)", "torch.clamp(torch.exp(log_ratio), min=rl.tis_cap)",
            ["test_trainer.py"]),
     # --- provenance --------------------------------------------------------------------------------
+    Mutant("provenance: a redone RL keeps the stale run's checkpoints", "src/agentrl/pipeline.py",
+           "            shutil.rmtree(rl_dir, ignore_errors=True)  # steps taken with other settings\n", "", ["test_plugins.py"]),
     Mutant("provenance: plugin source not hashed", "src/agentrl/provenance.py",
            "digest.update(file.read_bytes())", 'digest.update(b"")', ["test_plugins.py"]),
     Mutant("provenance: RL reused after an SFT change", "src/agentrl/pipeline.py",

@@ -67,8 +67,14 @@ def test_the_readme_plugin_example_end_to_end(tmp_path, monkeypatch, capsys):
     assert "phase sft: settings changed (sft.epochs: 2 -> 3), redoing" in out, out
     for phase in ("eval sft", "rl", "eval rl"):
         assert re.search(rf"phase {phase}: settings changed \(.*sft", out), out
-    assert (run / "sft" / "model" / "model.safetensors").stat().st_mtime_ns != sft_stamp
+    new_sft = (run / "sft" / "model" / "model.safetensors").stat().st_mtime_ns
+    assert new_sft != sft_stamp
     assert load_config(run / "config.yaml").sft.epochs == 3
+    # RL started over from the new SFT model: nothing under rl/ is older than it, and its steps ran anew
+    rl_files = [p for p in (run / "rl").rglob("*") if p.is_file()]
+    assert rl_files and all(p.stat().st_mtime_ns >= new_sft for p in rl_files)
+    rows = [json.loads(line) for line in (run / "rl" / "logs" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
 
     assert compare[:2] == ["agentrl", "compare"]
     assert main(compare[1:]) == 0
