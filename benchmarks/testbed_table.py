@@ -20,13 +20,12 @@ BASELINE = "grpo"
 START = "sft"
 
 
-def oriented(pairs: dict, a: str, b: str) -> dict[str, dict]:
-    """The pair `a - b` per split, whichever way round the comparison wrote it."""
+def oriented(pairs: dict, a: str, b: str, split: str) -> dict:
+    """The pair `a - b` on `split`, whichever way round the comparison wrote it."""
     if f"{a} - {b}" in pairs:
-        return pairs[f"{a} - {b}"]
-    flipped = pairs[f"{b} - {a}"]
-    return {split: {**row, "difference": -row["difference"], "ci95": [-row["ci95"][1], -row["ci95"][0]]}
-            for split, row in flipped.items()}
+        return pairs[f"{a} - {b}"][split]
+    row = pairs[f"{b} - {a}"][split]
+    return {**row, "difference": -row["difference"], "ci95": [-row["ci95"][1], -row["ci95"][0]]}
 
 
 def cell(row: dict) -> str:
@@ -52,7 +51,7 @@ def table(results: Path = RESULTS) -> str:
             base = methods[BASELINE][split]
             low, high = (100 * x for x in base["ci95"])
             start = methods[START][split]["mean"] if START in methods else coldstart["sft"][split]["success"]
-            differences = "<br>".join(f"{a} - {b}: {cell(oriented(summary['pairs'], a, b)[split])}" for a, b in pairs)
+            differences = "<br>".join(f"{a} - {b}: {cell(oriented(summary['pairs'], a, b, split))}" for a, b in pairs)
             lines.append(f"| {setting} | `{coldstart['set'] or 'defaults'}` | {split.upper()} | "
                          f"{100 * start:.0f} | {100 * base['mean']:.1f} "
                          f"[{low:.1f}, {high:.1f}] | {differences} | {len(base['per_seed'])} |")

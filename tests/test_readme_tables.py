@@ -13,7 +13,7 @@ from readme_tables import BLOCK, render  # noqa: E402
 
 def test_every_results_table_in_the_readme_is_current():
     readme = (ROOT / "README.md").read_text()
-    assert len(BLOCK.findall(readme)) >= 8  # the estimators, GCD, the benchmarks
+    assert len(BLOCK.findall(readme)) >= 9  # the estimators, GCD, the benchmarks, the testbed
     _, stale = render(readme)
     assert stale == [], f"stale tables: {stale} (run python benchmarks/readme_tables.py)"
 
@@ -41,7 +41,7 @@ def test_the_testbed_report_is_written_from_its_result_files(tmp_path):
     row = {"difference": 0.1, "ci95": [0.05, 0.2], "per_seed": [0.05, 0.15], "mdd": 0.08}
     base = {"mean": 0.4, "ci95": [0.3, 0.5], "per_seed": [0.3, 0.5]}
     summary = {"splits": ["l0"], "methods": {"grpo": {"l0": base}, "gigpo": {"l0": base}},
-               "pairs": {"grpo - gigpo": {"l0": row}}}
+               "pairs": {"grpo - gigpo": {"l0": row, "seeds": [1, 2]}}}
     (tmp_path / "testbed-x.json").write_text(json.dumps(summary))
     coldstart = {"set": "env.delay=4", "sft": {"l0": {"success": 0.35}}}
     (tmp_path / "testbed-x-coldstart.json").write_text(json.dumps(coldstart))
