@@ -131,8 +131,8 @@ TESTBED_SET ?=
 TESTBED_OVERRIDES = $(foreach item,$(TESTBED_SET),--set $(item))
 TESTBED_METHODS ?= --method "sft:rl.steps=0" --method "grpo:" --method "gigpo:rl.advantage={type: gigpo}" \
 	--method "gagpo:rl.advantage={type: gagpo};rl.loss={type: seq_ratio}"
-GCD_METHODS = --method "sft:rl.steps=0" --method "grpo:" \
-	--method "grpo+gcd:rl.aux=[{type: gcd, labels: [rules, env], pairs_per_step: 16, eval_pairs: 40}]"
+GCD = {type: gcd, labels: [rules, env], pairs_per_step: 16, eval_pairs: 40}
+GCD_METHODS = --method "sft:rl.steps=0;rl.aux=[$(GCD)]" --method "grpo:" --method "grpo+gcd:rl.aux=[$(GCD)]"
 testbed: $(STAMP)  ## GRPO / GiGPO / GAGPO on the testbed over SEEDS (SETTING=name TESTBED_SET="env.k=v ...")
 	$(VENV)/bin/agentrl run recipes/testbed.yaml --set run_dir=runs/testbed/$(SETTING)/coldstart \
 		--set model.path=runs/testbed/$(SETTING)/coldstart/model-init --set rl.steps=0 $(TESTBED_OVERRIDES)

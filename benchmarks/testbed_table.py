@@ -52,6 +52,9 @@ def table(results: Path = RESULTS) -> str:
             low, high = (100 * x for x in base["ci95"])
             start = methods[START][split]["mean"] if START in methods else coldstart["sft"][split]["success"]
             differences = "<br>".join(f"{a} - {b}: {cell(oriented(summary['pairs'], a, b, split))}" for a, b in pairs)
+            judged = [f"{m} {100 * methods[m][split]['judge_accuracy']:.0f}" for m in methods
+                      if "judge_accuracy" in methods[m][split]]
+            differences += f"<br>judge accuracy (%, chance 50): {', '.join(judged)}" if judged else ""
             lines.append(f"| {setting} | `{coldstart['set'] or 'defaults'}` | {split.upper()} | "
                          f"{100 * start:.0f} | {100 * base['mean']:.1f} "
                          f"[{low:.1f}, {high:.1f}] | {differences} | {len(base['per_seed'])} |")

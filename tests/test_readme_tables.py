@@ -47,6 +47,9 @@ def test_the_testbed_report_is_written_from_its_result_files(tmp_path):
     (tmp_path / "testbed-x-coldstart.json").write_text(json.dumps(coldstart))
     line = table(tmp_path).splitlines()[2]
     assert "| x | `env.delay=4` | L0 | 35 | 40.0 [30.0, 50.0] | gigpo - grpo: -10.0 [-20.0, -5.0]* (8) | 2 |" == line
+    summary["methods"]["gigpo"]["l0"] = {**base, "judge_accuracy": 0.625}
+    (tmp_path / "testbed-x.json").write_text(json.dumps(summary))
+    assert "(8)<br>judge accuracy (%, chance 50): gigpo 62 |" in table(tmp_path)
 
 
 def test_csv_and_json_tables_pick_columns_and_rows(tmp_path):
