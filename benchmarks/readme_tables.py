@@ -25,8 +25,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCK = re.compile(r"(<!-- results: (?P<file>\S+)(?P<options>(?: \S+)*) -->\n)(?P<body>.*?)(?P<end><!-- end results -->)",
-                   re.DOTALL)
+BLOCK = re.compile(r"(<!-- results: (?P<file>\S+)(?P<options>(?: \S+)*) -->\n)"
+                   r"(?P<body>.*?)(?P<end><!-- end results -->)", re.DOTALL)
 
 
 def markdown(header: list[str], rows: list[list[str]]) -> str:

@@ -54,7 +54,8 @@ def test_the_testbed_report_is_written_from_its_result_files(tmp_path):
 
 def test_csv_and_json_tables_pick_columns_and_rows(tmp_path):
     (tmp_path / "r.csv").write_text("device,n,ms\ncpu,1,2.5\ngpu,1,0.1\ncpu,2,5.0\n")
-    (tmp_path / "r.json").write_text('{"model": "m", "a": {"pairs": {"nn": 0.912, "pp": 0.5}}, "b": {"pairs": {"nn": 1, "pp": 0.25}}}')
+    entries = {"model": "m", "a": {"pairs": {"nn": 0.912, "pp": 0.5}}, "b": {"pairs": {"nn": 1, "pp": 0.25}}}
+    (tmp_path / "r.json").write_text(json.dumps(entries))
     readme = ("<!-- results: r.csv columns=n,ms where=device=cpu -->\n<!-- end results -->\n"
               "<!-- results: r.json rows=pairs -->\n<!-- end results -->\n")
     text, stale = render(readme, tmp_path)
@@ -62,4 +63,5 @@ def test_csv_and_json_tables_pick_columns_and_rows(tmp_path):
     assert text == ("<!-- results: r.csv columns=n,ms where=device=cpu -->\n"
                     "| n | ms |\n| --- | --- |\n| 1 | 2.5 |\n| 2 | 5.0 |\n<!-- end results -->\n"
                     "<!-- results: r.json rows=pairs -->\n"
-                    "|  | nn | pp |\n| --- | --- | --- |\n| a | 0.91 | 0.50 |\n| b | 1 | 0.25 |\n<!-- end results -->\n")
+                    "|  | nn | pp |\n| --- | --- | --- |\n| a | 0.91 | 0.50 |\n| b | 1 | 0.25 |\n"
+                    "<!-- end results -->\n")
