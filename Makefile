@@ -125,9 +125,11 @@ compare-estimators: $(STAMP)  ## GRPO / RLOO / GiGPO / GAGPO / PPO over SEEDS (a
 # setting's env overrides (TESTBED_SET="env.horizon=6 env.hint_rate=0.5"), then GRPO vs GiGPO vs GAGPO
 # from it over SEEDS, and the cold start itself evaluated at each seed (`sft`: no RL step). Results:
 # runs/testbed/SETTING/{summary.md,summary.json,curves.png}, copied to benchmarks/results/testbed-SETTING.*;
-# benchmarks/results/testbed.md is the report over every setting.
+# benchmarks/results/testbed.md is the report over every setting. COLDSTART_SET overrides the cold
+# start's settings only (COLDSTART_SET="env.key_choices=1": demonstrations with one key per chest).
 SETTING ?= base
 TESTBED_SET ?=
+COLDSTART_SET ?=
 TESTBED_OVERRIDES = $(foreach item,$(TESTBED_SET),--set $(item))
 TESTBED_METHODS ?= --method "sft:rl.steps=0" --method "grpo:" --method "gigpo:rl.advantage={type: gigpo}" \
 	--method "gagpo:rl.advantage={type: gagpo};rl.loss={type: seq_ratio}"
@@ -135,14 +137,15 @@ GCD = {type: gcd, labels: [rules, env], pairs_per_step: 16, eval_pairs: 40}
 GCD_METHODS = --method "sft:rl.steps=0;rl.aux=[$(GCD)]" --method "grpo:" --method "grpo+gcd:rl.aux=[$(GCD)]"
 testbed: $(STAMP)  ## GRPO / GiGPO / GAGPO on the testbed over SEEDS (SETTING=name TESTBED_SET="env.k=v ...")
 	$(VENV)/bin/agentrl run recipes/testbed.yaml --set run_dir=runs/testbed/$(SETTING)/coldstart \
-		--set model.path=runs/testbed/$(SETTING)/coldstart/model-init --set rl.steps=0 $(TESTBED_OVERRIDES)
+		--set model.path=runs/testbed/$(SETTING)/coldstart/model-init --set rl.steps=0 $(TESTBED_OVERRIDES) \
+		$(foreach item,$(COLDSTART_SET),--set $(item))
 	$(VENV)/bin/agentrl compare recipes/testbed.yaml --model runs/testbed/$(SETTING)/coldstart/sft/model \
 		--out runs/testbed/$(SETTING) --seeds $(SEEDS) $(TESTBED_OVERRIDES) $(TESTBED_METHODS)
 	cp runs/testbed/$(SETTING)/summary.md benchmarks/results/testbed-$(SETTING).md
 	cp runs/testbed/$(SETTING)/summary.json benchmarks/results/testbed-$(SETTING).json
 	cp runs/testbed/$(SETTING)/curves.png benchmarks/results/testbed-$(SETTING)-curves.png
-	$(PY) -c 'import json, sys; print(json.dumps({"set": sys.argv[1], "sft": json.load(open(sys.argv[2]))}, indent=1))' \
-		"$(TESTBED_SET)" runs/testbed/$(SETTING)/coldstart/eval/sft/results.json > benchmarks/results/testbed-$(SETTING)-coldstart.json
+	$(PY) -c 'import json, sys; print(json.dumps({"set": sys.argv[1], "coldstart_set": sys.argv[3], "sft": json.load(open(sys.argv[2]))}, indent=1))' \
+		"$(TESTBED_SET)" runs/testbed/$(SETTING)/coldstart/eval/sft/results.json "$(COLDSTART_SET)" > benchmarks/results/testbed-$(SETTING)-coldstart.json
 	$(PY) benchmarks/testbed_table.py
 	$(PY) benchmarks/readme_tables.py
 

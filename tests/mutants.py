@@ -259,6 +259,13 @@ MUTANTS = [
     Mutant("tis: the cap binds from below", "src/agentrl/trainer.py",
            "torch.clamp(torch.exp(log_ratio), max=rl.tis_cap)", "torch.clamp(torch.exp(log_ratio), min=rl.tis_cap)",
            ["test_trainer.py"]),
+    # --- sharded actors ------------------------------------------------------------------------------
+    Mutant("hf sampler: a pushed weight never copied into the sampler's full copy", "src/agentrl/sampler/hf.py",
+           "params[name].copy_(tensor)", "pass", ["test_distributed.py"]),
+    Mutant("deepspeed: a skipped non-finite step not counted", "src/agentrl/actor/deepspeed.py",
+           "skipped = not self.engine.was_step_applied()", "skipped = False", ["test_distributed.py"]),
+    Mutant("tracking: a resumed phase starts a new W&B run", "src/agentrl/tracking.py",
+           "if resume_step == 0 or not id_file.exists():", "if True:", ["test_cli.py"]),
     # --- provenance --------------------------------------------------------------------------------
     Mutant("provenance: a redone RL keeps the stale run's checkpoints", "src/agentrl/pipeline.py",
            "            shutil.rmtree(rl_dir, ignore_errors=True)  # steps taken with other settings\n", "", ["test_plugins.py"]),

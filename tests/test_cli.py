@@ -221,6 +221,31 @@ def test_metrics_also_go_to_weights_and_biases_offline(tmp_path, monkeypatch):
     assert main(["run", str(bad)]) == 2
 
 
+def test_a_resumed_phase_continues_its_weights_and_biases_run(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    from agentrl.config import validate_config
+    from agentrl.tracking import Tracker
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    config = validate_config({"run_dir": str(tmp_path / "run"), "tracking": ["wandb"]})
+    logs = tmp_path / "run" / "rl" / "logs"
+
+    def start(resume_step, steps):
+        tracker = Tracker(logs, resume_step, config, "rl")
+        for step in steps:
+            tracker.log(step, {"x": float(step)})
+        tracker.close()
+        return tracker.wandb.id
+
+    first = start(0, [1, 2])
+    assert start(2, [3, 4]) == first  # resumed: the same run continued
+    files = sorted((logs / "wandb").glob(f"offline-run-*-{first}/run-{first}.wandb"))
+    assert len(files) == 2
+    assert [r["_step"] for f in files for r in wandb_history(f)] == [0, 1, 2, 3, 4]  # 0: the config
+    assert start(0, [1]) != first  # started over: a new run
+
+
 def test_make_targets_run_a_recipes_phases(tmp_path):
     """make sft and RL on 2 ranks (torchrun), then eval of the checkpoint and the memory plan, with overrides."""
     import subprocess

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+import uuid
 from pathlib import Path
 
 from agentrl.files import write_atomic
@@ -29,10 +30,14 @@ class Tracker:
             self.writer = SummaryWriter(str(log_dir / "tb"), purge_step=resume_step + 1)
         if "wandb" in backends:
             import wandb
-            # One W&B run per start: a resumed phase continues at resume_step + 1 in a new run of
-            # the same group, so no step is logged twice into one run.
+            # A resumed phase continues its W&B run (the id is kept beside the logs); a fresh
+            # start is a new run.
+            id_file = log_dir / "wandb-run-id"
+            if resume_step == 0 or not id_file.exists():
+                write_atomic(id_file, uuid.uuid4().hex[:12])
             self.wandb = wandb.init(dir=str(log_dir), group=str(config.run_dir), job_type=name or None,
                                     name=f"{Path(config.run_dir).name}/{name}" if name else None,
+                                    id=id_file.read_text(), resume="allow",
                                     config=config.model_dump(mode="json"), reinit="create_new")
         if config is not None and resume_step == 0:
             from agentrl.config import config_yaml

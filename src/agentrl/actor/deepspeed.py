@@ -46,7 +46,8 @@ class DeepSpeedActor:
         config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
                   "gradient_clipping": optim.grad_clip, "zero_optimization": zero,
                   "zero_allow_untested_optimizer": True,
-                  "bf16": {"enabled": bool(mixed_precision and torch.cuda.is_available())}}
+                  # A non-finite gradient norm skips the step (ZeRO checks it for fp32; bf16 on this flag).
+                  "bf16": {"enabled": bool(mixed_precision and torch.cuda.is_available()), "check_grad_overflow": True}}
         trainable = [p for p in root.parameters() if p.requires_grad]
         optimizer, scheduler = make_optimizer(trainable, optim)
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
@@ -75,13 +76,13 @@ class DeepSpeedActor:
         lr = self.scheduler.get_last_lr()[0]
         totals = backward_all(padded_work(parts, self._idle_loss), device(), self._backward)
         self.engine.step()
+        skipped = not self.engine.was_step_applied()  # a non-finite norm: gradients dropped, scheduler not stepped
         grad_norm = self.engine.get_global_grad_norm()  # before clipping
-        grad_norm = float(grad_norm if grad_norm is not None else 0.0)
-        if not math.isfinite(grad_norm):
-            # DeepSpeed has applied it (bf16 / fp32 ZeRO skip only fp16 overflows): stop now.
+        grad_norm = float("inf") if skipped else float(grad_norm if grad_norm is not None else 0.0)
+        if not skipped and not math.isfinite(grad_norm):  # applied all the same: stop now
             raise RunError(f"a non-finite gradient norm ({grad_norm}) reached the DeepSpeed optimiser, which "
                            f"applied it: resume from the last checkpoint with a lower rl.optim.lr")
-        return {**summed_over_ranks(totals), "lr": lr, "grad_norm": grad_norm, "skipped_updates": 0.0}
+        return {**summed_over_ranks(totals), "lr": lr, "grad_norm": grad_norm, "skipped_updates": float(skipped)}
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The unsharded weights on every rank, named as in the plain HF model."""
