@@ -55,7 +55,10 @@ def table(results: Path = RESULTS) -> str:
             judged = [f"{m} {100 * methods[m][split]['judge_accuracy']:.0f}" for m in methods
                       if "judge_accuracy" in methods[m][split]]
             differences += f"<br>judge accuracy (%, chance 50): {', '.join(judged)}" if judged else ""
-            lines.append(f"| {setting} | `{coldstart['set'] or 'defaults'}` | {split.upper()} | "
+            overrides = f"`{coldstart['set'] or 'defaults'}`"
+            if coldstart.get("coldstart_set"):
+                overrides += f"; cold start: `{coldstart['coldstart_set']}`"
+            lines.append(f"| {setting} | {overrides} | {split.upper()} | "
                          f"{100 * start:.0f} | {100 * base['mean']:.1f} "
                          f"[{low:.1f}, {high:.1f}] | {differences} | {len(base['per_seed'])} |")
     return "\n".join(lines) + ("\n\nPoints of success. `*`: the paired interval excludes 0. MDD: the smallest "

@@ -29,6 +29,7 @@ EVAL = ["test_evaluate.py", "test_cli.py"]
 FAILURES = ["test_failures.py"]
 COMPARE = ["test_compare.py"]
 TESTBED = ["test_testbed.py"]
+VLLM_PY = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"  # test_vllm.py runs there
 
 
 @dataclass
@@ -266,6 +267,13 @@ MUTANTS = [
            "skipped = not self.engine.was_step_applied()", "skipped = False", ["test_distributed.py"]),
     Mutant("tracking: a resumed phase starts a new W&B run", "src/agentrl/tracking.py",
            "if resume_step == 0 or not id_file.exists():", "if True:", ["test_cli.py"]),
+    Mutant("vllm: the prefix cache kept across a weight push", "src/agentrl/sampler/vllm.py",
+           "        self.llm.reset_prefix_cache()\n", "", ["test_vllm.py"]),
+    Mutant("fsdp2: every rank loads the whole model before sharding", "src/agentrl/actor/__init__.py",
+           'return config.backend == "fsdp2" and', 'return False and', ["test_distributed.py"]),
+    Mutant("fsdp2: every rank reads the first rows of each tensor", "src/agentrl/models.py",
+           "start = min(param.device_mesh.get_local_rank() * chunk, param.shape[0])", "start = 0",
+           ["test_distributed.py"]),
     # --- provenance --------------------------------------------------------------------------------
     Mutant("provenance: a redone RL keeps the stale run's checkpoints", "src/agentrl/pipeline.py",
            "            shutil.rmtree(rl_dir, ignore_errors=True)  # steps taken with other settings\n", "", ["test_plugins.py"]),
@@ -286,7 +294,8 @@ def run(mutant: Mutant, root: Path, timeout: int) -> tuple[str, float, str]:
     path.write_text(original.replace(mutant.old, mutant.new, 1))
     start = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+        python = str(VLLM_PY) if "test_vllm.py" in mutant.tests else sys.executable
+        proc = subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
                               cwd=root, capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, "PYTHONPATH": str(root / "src")})
         failed = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]

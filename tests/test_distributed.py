@@ -187,6 +187,76 @@ def test_two_ranks_match_one_process(tiny_model_dir, tmp_path, backend, lora):
                 assert torch.equal(value, fsdp[name]), name
 
 
+class PeakResidentMemory:
+    """This process's peak resident memory (VmRSS: its tensors, and the pages of any file it maps)
+    above its level at start, polled every 2 ms."""
+
+    def __init__(self):
+        import threading
+        self.start = self.peak = self.now()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def now() -> int:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS in /proc/self/status")
+
+    def _poll(self):
+        while not self.done.wait(0.002):
+            self.peak = max(self.peak, self.now())
+
+    def stop(self) -> int:
+        self.done.set()
+        self.thread.join()
+        return max(self.peak, self.now()) - self.start
+
+
+def startup_rank(rank, world, port, model_dir, out_dir, empty):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        from agentrl.actor import shards_on_load
+        from agentrl.actor.fsdp import FSDPActor
+        from agentrl.config import FSDP2ActorConfig
+        meter = PeakResidentMemory()
+        actor = FSDPActor(load_model(model_dir, empty=empty and shards_on_load(FSDP2ActorConfig())), OPTIM)
+        peak = meter.stop()
+        state = actor.full_state_dict()
+        if rank == 0:
+            file = load_file(f"{model_dir}/model.safetensors")
+            assert set(file) <= set(state) and all(torch.equal(state[k], file[k]) for k in file)
+        with open(f"{out_dir}/rank{rank}-{'shards' if empty else 'whole'}.json", "w") as f:
+            json.dump({"peak_bytes": peak}, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_fsdp2_ranks_start_with_their_shards_not_the_whole_model(tmp_path):
+    """Built on the meta device and filled with each rank's rows only: a rank's peak memory at
+    start is about half the model's bytes on 2 ranks, where loading it whole first costs more than
+    all of them (measured side by side); the sharded weights are the file's, bit for bit."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=16384, hidden_size=1024, intermediate_size=2816, num_hidden_layers=3,
+                                         num_attention_heads=16, num_key_value_heads=4, tie_word_embeddings=True))
+    model.save_pretrained(tmp_path / "model")
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    del model
+    for empty in (True, False):
+        mp.spawn(startup_rank, args=(2, free_port(), str(tmp_path / "model"), str(tmp_path), empty), nprocs=2)
+    peaks = {name: [json.loads((tmp_path / f"rank{r}-{name}.json").read_text())["peak_bytes"] / size for r in (0, 1)]
+             for name in ("shards", "whole")}
+    print(f"peak memory at start per rank / model bytes ({size / 2**20:.0f} MiB): {peaks}")
+    assert all(0.4 < p < 0.7 for p in peaks["shards"]), peaks
+    assert all(p > 1.0 for p in peaks["whole"]), peaks
+
+
 def write_recipe(path, run_dir, steps, backend="fsdp2"):
     import yaml
 
@@ -476,6 +546,8 @@ def test_twenty_short_two_rank_runs_in_a_row_exit_0_on_every_rank(tiny_model_dir
     SIGABRT, faulthandler prints every thread's stack to the log)."""
     if backend.startswith("zero"):
         pytest.importorskip("deepspeed")
+    from agentrl.tracking import read_metrics
+
     recipe = tmp_path / "recipe.yaml"
     for attempt in range(20):
         write_recipe(recipe, tmp_path / f"run{attempt}", steps=1, backend=backend)
@@ -484,4 +556,4 @@ def test_twenty_short_two_rank_runs_in_a_row_exit_0_on_every_rank(tiny_model_dir
             code = proc.wait(timeout=600)
         text = (tmp_path / f"run{attempt}.log").read_text(errors="replace")
         assert code == 0, f"run {attempt + 1} of 20 exited {code}:\n{text[-4000:]}"
-        assert (tmp_path / f"run{attempt}" / "eval").is_dir()
+        assert [r["step"] for r in read_metrics(tmp_path / f"run{attempt}" / "rl" / "logs" / "metrics.jsonl")] == [1]

@@ -72,6 +72,12 @@ def test_vllm_matches_the_actor_after_an_update_and_a_sync(tiny_model_dir):
     for got, ref, old in zip(after, expected, before):
         torch.testing.assert_close(torch.tensor(got), torch.tensor(ref), atol=1e-4, rtol=0)
         assert max(abs(a - b) for a, b in zip(got, old)) > 1e-2  # the weights did change
+    # Prompts served before the push (their prefixes cached) are computed with the new weights.
+    long = [p * 20 for p in prompts]
+    gens = sampler.generate(long, SamplingConfig(temperature=1.0, max_new_tokens=4))
+    expected = actor_logprobs(model, [p + g.token_ids for p, g in zip(long, gens)], [len(p) for p in long])
+    for gen, ref in zip(gens, expected):
+        torch.testing.assert_close(torch.tensor(gen.logprobs), torch.tensor(ref), atol=1e-4, rtol=0)
     greedy_after = sampler.generate(prompts[:1], SamplingConfig(temperature=0, max_new_tokens=4))[0].token_ids
     assert greedy_after != greedy_before and greedy_after[0] == target[0]  # it now starts the taught response
 

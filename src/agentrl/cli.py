@@ -392,5 +392,22 @@ def _serve(args) -> int:
     return 0
 
 
+def entry() -> None:
+    """The `agentrl` command. A rank of a multi-process launch leaves with `os._exit` once its
+    work is done and flushed (the process group is already destroyed, trackers closed): the
+    interpreter's own teardown would destroy the C++ objects that gloo and DeepSpeed leave behind
+    (threads among them) in no set order, which aborted a finished rank about once in ten runs
+    (SIGABRT, `terminate called without an active exception`), so torchrun reported a completed
+    run as failed."""
+    code = main()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        import logging
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

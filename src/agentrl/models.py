@@ -173,9 +173,75 @@ def load_tokenizer(path: str):
     return tokenizer
 
 
-def load_model(path: str, dtype: str = "float32"):
-    """The causal LM at `path`, on this rank's device (`distributed.device`)."""
-    return AutoModelForCausalLM.from_pretrained(resolve_model(path), dtype=getattr(torch, dtype)).to(device())
+def load_model(path: str, dtype: str = "float32", empty: bool = False):
+    """The causal LM at `path`, on this rank's device (`distributed.device`). `empty`: its
+    parameters on the meta device (no memory; buffers real), for an actor that shards it first
+    and then reads only its own shards (`load_shards`)."""
+    path = resolve_model(path)
+    if empty:
+        from accelerate import init_empty_weights
+        from transformers import AutoConfig
+        with init_empty_weights(include_buffers=False):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=getattr(torch, dtype))
+        model.tie_weights()  # from_config leaves a tied head as a parameter of its own
+        return model
+    return AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device())
+
+
+SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64}
+
+
+class SafetensorsRows:
+    """Rows of the tensors in a safetensors file, read with plain file reads (the format: an
+    8-byte header length, a JSON header of dtype / shape / byte offsets, then row-major data), so
+    only the bytes asked for come into memory; safetensors' own `get_slice` maps the whole file,
+    and every page it reads stays resident while the file is open."""
+
+    def __init__(self, path: Path):
+        self.file = open(path, "rb")
+        size = int.from_bytes(self.file.read(8), "little")
+        self.header = {k: v for k, v in json.loads(self.file.read(size)).items() if k != "__metadata__"}
+        self.data = 8 + size
+
+    def read(self, name: str, start: int, count: int) -> torch.Tensor:
+        meta = self.header[name]
+        dtype, shape = SAFETENSORS_DTYPES[meta["dtype"]], meta["shape"]
+        row = dtype.itemsize * int(torch.Size(shape[1:]).numel())
+        self.file.seek(self.data + meta["data_offsets"][0] + start * row)
+        data = bytearray(count * row)
+        self.file.readinto(data)
+        return torch.frombuffer(data, dtype=dtype).view(count, *shape[1:]) if count else torch.empty(0, *shape[1:])
+
+
+@torch.no_grad()
+def load_shards(module: torch.nn.Module, folder: str | Path, prefix: str = "") -> None:
+    """Fill `module`'s parameters, sharded along dim 0 (FSDP2's DTensors) or plain, from the
+    safetensors files of the HF folder `folder`, reading from each tensor only the rows this rank
+    holds. A parameter's name, less `prefix`, is its name in the files."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    folder = Path(folder)
+    index = folder / "model.safetensors.index.json"
+    names = set(json.loads(index.read_text())["weight_map"].values()) if index.exists() else {"model.safetensors"}
+    files = [SafetensorsRows(folder / name) for name in sorted(names)]
+    where = {key: f for f in files for key in f.header}
+    try:
+        for name, param in module.named_parameters():
+            key = name.removeprefix(prefix)
+            if key not in where:
+                raise ValueError(f"{folder}: no tensor {key!r} in its safetensors files")
+            local = param.to_local() if isinstance(param, DTensor) else param
+            start = 0
+            if isinstance(param, DTensor):
+                if tuple(param.placements) != (Shard(0),):
+                    raise ValueError(f"{name}: only dim-0 shards are read per rank, not {param.placements}")
+                chunk = -(-param.shape[0] // param.device_mesh.size())  # torch.chunk's sizes, as FSDP2 shards
+                start = min(param.device_mesh.get_local_rank() * chunk, param.shape[0])
+            rows = where[key].read(key, start, local.shape[0] if local.dim() else 1)
+            local.copy_(rows.reshape(local.shape))
+    finally:
+        for f in files:
+            f.file.close()
 
 
 def add_lora(model, lora):

@@ -23,10 +23,10 @@ from rich.console import Console
 from rich.table import Table
 
 from agentrl import distributed
-from agentrl.actor import check_launch
+from agentrl.actor import check_launch, shards_on_load
 from agentrl.checkpoint import latest_checkpoint, read_state
 from agentrl.components import timed
-from agentrl.config import Config, ConfigError, prompt_differences, save_config, save_prompt
+from agentrl.config import Config, ConfigError, SingleActorConfig, prompt_differences, save_config, save_prompt
 from agentrl.data import collect_expert_data, collect_judgment_data, read_chat_dataset
 from agentrl.envs import make_env
 from agentrl.envs.pool import EnvPool
@@ -111,7 +111,9 @@ def sft(config: Config, model_path: str, data: str | Path, out: str | Path, log_
             shutil.rmtree(log_dir, ignore_errors=True)
         tracker = Tracker(log_dir, resume_step=resume[1] if resume else 0, config=config, name="sft")
     try:
-        train_sft(load_model(model_path, config.model.dtype), load_tokenizer(model_path), data, config.sft,
+        actor = config.sft.actor or SingleActorConfig()
+        model = load_model(model_path, config.model.dtype, empty=shards_on_load(actor))
+        train_sft(model, load_tokenizer(model_path), data, config.sft,
                   config.seed, tmp, tracker, resume=Path(resume[0]) if resume else None,
                   settings=settings, base=model_path)
         if distributed.is_main():

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from agentrl import distributed
-from agentrl.actor import check_launch
+from agentrl.actor import check_launch, shards_on_load
 from agentrl.actor.base import Actor
 from agentrl.actor.batch import TrainSample, micro_batches, per_sample
 from agentrl.advantages import compute_advantages
@@ -78,7 +78,7 @@ class RLTrainer:
     def __init__(self, config, model_path: str, run_dir: Path):
         self.config, self.rl, self.run_dir = config, config.rl, Path(run_dir)
         self.tokenizer = load_tokenizer(model_path)
-        self.model = self._load_policy(model_path)
+        self.model = self._load_policy(model_path, empty=shards_on_load(self.rl.actor))
         self.world, self.rank = distributed.world(), distributed.rank()
         check_ranks(self.rl, self.world)
         sharded = self.rl.actor.backend != "single"
@@ -113,8 +113,8 @@ class RLTrainer:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _load_policy(self, path: str):
-        model = load_model(path, self.config.model.dtype)
+    def _load_policy(self, path: str, empty: bool = False):
+        model = load_model(path, self.config.model.dtype, empty)
         lora = getattr(self.rl.actor, "lora", None)
         if lora is not None:
             torch.manual_seed(self.config.seed)  # the adapters' initialisation

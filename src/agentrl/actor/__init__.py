@@ -42,6 +42,12 @@ def zero(config, model, optim, extra_parameters):
                           config.activation_checkpointing)
 
 
+def shards_on_load(config) -> bool:
+    """Whether the actor reads each rank's shards itself (`models.load_model(empty=True)`): FSDP2
+    without LoRA. (LoRA's adapters are initialised on the whole model; DeepSpeed loads it whole.)"""
+    return config.backend == "fsdp2" and getattr(config, "lora", None) is None
+
+
 def check_launch(actor, field: str, world: int) -> None:
     """ConfigError unless the actor section `actor` (at `field` of the recipe) works on `world`
     ranks: a sharded backend needs a launcher, also for one rank; the one-process actor trains

@@ -32,6 +32,7 @@ from agentrl.actor.base import backward_all
 from agentrl.actor.batch import TokenBatch, TrainSample, collate
 from agentrl.actor.single import make_optimizer, response_logprobs, trained_hidden
 from agentrl.distributed import device
+from agentrl.models import load_shards
 
 
 def idle_batch() -> TokenBatch:
@@ -112,6 +113,12 @@ class FSDPActor:
         for layer in model.get_decoder().layers:
             fully_shard(layer, **options)
         self.net = fully_shard(TokenHead(model), **options)
+        if any(p.is_meta for p in self.net.parameters()):  # `load_model(empty=True)`: read this rank's shards
+            buffers = {name: b.clone() for name, b in self.net.named_buffers()}
+            self.net.to_empty(device="cpu" if cpu_offload else device())
+            for name, b in self.net.named_buffers():
+                b.copy_(buffers[name])
+            load_shards(self.net, model.name_or_path, prefix="model.")
         self.world = dist.get_world_size()
         self.optimizer, self.scheduler = make_optimizer([p for p in self.net.parameters() if p.requires_grad], optim)
 
