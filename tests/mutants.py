@@ -274,6 +274,9 @@ MUTANTS = [
     Mutant("fsdp2: every rank reads the first rows of each tensor", "src/agentrl/models.py",
            "start = min(param.device_mesh.get_local_rank() * chunk, param.shape[0])", "start = 0",
            ["test_distributed.py"]),
+    Mutant("layout: an estimator imports the trainer back", "src/agentrl/advantages/nthr.py",
+           "from agentrl.components import Component, StepBatch\n",
+           "from agentrl.components import Component, StepBatch\nimport agentrl.trainer  # noqa\n", ["test_layout.py"]),
     # --- provenance --------------------------------------------------------------------------------
     Mutant("provenance: a redone RL keeps the stale run's checkpoints", "src/agentrl/pipeline.py",
            "            shutil.rmtree(rl_dir, ignore_errors=True)  # steps taken with other settings\n", "", ["test_plugins.py"]),

@@ -15,7 +15,8 @@ checkpoints) and `save` / `load` (tensors, in checkpoints/step_N/<name>/). Every
 a component overrides the ones it needs. Auxiliary losses are components too; an estimator's
 registry entry may bring its own (PPO's critic). A plugin adds one with a config class and a
 builder `(config, context) -> Component` registered in `agentrl.registry.COMPONENTS`, used by
-`rl.components: [{type: ...}]`.
+`rl.components: [{type: ...}]`. This module is the protocol only; the trainer assembles a run's
+components (`trainer.build_components`).
 """
 
 from __future__ import annotations
@@ -27,10 +28,8 @@ from pathlib import Path
 
 import torch
 
-from agentrl.actor.batch import TrainSample, per_sample
-from agentrl.actor.single import response_logprobs
-from agentrl.advantages import Advantages
-from agentrl.registry import ADVANTAGES, AUX_LOSSES, COMPONENTS, KL_ESTIMATORS
+from agentrl.actor.batch import TrainSample
+from agentrl.advantages.common import Advantages
 from agentrl.rollout.types import StepSample, Trajectory
 
 
@@ -105,78 +104,3 @@ def timed(timing: dict[str, float], key: str):
     start = time.perf_counter()
     yield
     timing[key] = timing.get(key, 0.0) + time.perf_counter() - start
-
-
-class ReferenceLogprobs(Component):
-    """log p_ref of every trained token (`TrainSample.ref_logprobs`): the frozen initial model, or
-    with LoRA the policy itself with its adapters switched off (no second copy)."""
-
-    name = "ref"
-
-    def __init__(self, reference, policy, temperature: float, token_budget: int, pad_id: int):
-        self.reference, self.policy = reference, policy
-        self.temperature, self.token_budget, self.pad_id = temperature, token_budget, pad_id
-
-    @torch.no_grad()
-    def score(self, batch: StepBatch) -> None:
-        def logprobs(tokens):
-            if self.reference is not None:
-                return response_logprobs(self.reference, tokens, self.temperature)[0]
-            with self.policy.disable_adapter():
-                return response_logprobs(self.policy, tokens, self.temperature)[0]
-
-        found = per_sample(batch.samples, self.token_budget, self.pad_id, lambda batches: [logprobs(b) for b in batches])
-        for s, logp in zip(batch.samples, found):
-            s.ref_logprobs = logp.tolist()
-
-
-class KLRewardPenalty(Component):
-    """KL(sampler || reference) as a reward term: kl_coef x the action's summed per-token KL joins
-    its step's penalty before the advantages (after ReferenceLogprobs)."""
-
-    name = "kl_penalty"
-
-    def __init__(self, coef: float, estimator: str):
-        self.coef, self.kl = coef, KL_ESTIMATORS.get(estimator)
-
-    def score(self, batch: StepBatch) -> None:
-        penalties = [self.coef * self.kl(torch.tensor(s.old_logprobs), torch.tensor(s.ref_logprobs)).sum().item()
-                     for s in batch.samples]
-        for step, penalty in zip(batch.steps, penalties):
-            step.penalty += penalty
-        batch.metrics["rollout/kl_penalty"] = sum(penalties) / len(penalties) if penalties else 0.0
-
-
-def build_components(ctx: Context) -> tuple[list[Component], list]:
-    """The run's components, in hook order: the reference and the KL penalty, those the
-    estimator brings, NTHR, the coupling lab, the plugins' (`rl.components`), then the auxiliary
-    losses (also returned apart: their losses join the update)."""
-    from agentrl.advantages.nthr import NTHR
-    from agentrl.analysis.coupling import CouplingLab
-    from agentrl.models import load_model
-
-    rl, config = ctx.config.rl, ctx.config
-    temperature = config.sampling.temperature or 1.0
-    components: list[Component] = []
-    if rl.kl_coef > 0:
-        reference = None
-        if getattr(rl.actor, "lora", None) is None:
-            reference = load_model(ctx.model_path, config.model.dtype).eval().requires_grad_(False)
-        components.append(ReferenceLogprobs(reference, ctx.policy, temperature, rl.micro_batch_tokens,
-                                            ctx.tokenizer.pad_token_id))
-        if rl.kl_in_reward:
-            components.append(KLRewardPenalty(rl.kl_coef, rl.kl_estimator))
-    extra = ADVANTAGES.entry(rl.advantage.type).components
-    if extra is not None:
-        components += extra(rl.advantage, ctx)
-    if rl.nthr is not None:
-        components.append(NTHR(ctx.policy, rl.nthr, temperature, ctx.tokenizer.pad_token_id, rl.micro_batch_tokens))
-    if rl.coupling_every:
-        components.append(CouplingLab(ctx.policy, ctx.tokenizer, rl.coupling_every, rl.coupling_pairs,
-                                      rl.coupling_lr, config.seed))
-    components += [COMPONENTS.get(c.type)(c, ctx) for c in rl.components]
-    aux_losses = [AUX_LOSSES.get(aux.type)(aux, ctx) for aux in rl.aux]
-    names = [c.name for c in components + aux_losses]
-    if len(set(names)) < len(names):
-        raise ValueError(f"trainer components need distinct names (their metrics and checkpoint folders): {names}")
-    return components + aux_losses, aux_losses

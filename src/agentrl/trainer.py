@@ -21,17 +21,20 @@ from agentrl.actor import check_launch, shards_on_load
 from agentrl.actor.base import Actor
 from agentrl.actor.batch import TrainSample, micro_batches, per_sample
 from agentrl.advantages import compute_advantages
+from agentrl.advantages.nthr import NTHR
+from agentrl.analysis.coupling import CouplingLab
 from agentrl.checkpoint import latest_checkpoint, read_state, save_checkpoint
 from agentrl.config import ConfigError
-from agentrl.components import Context, StepBatch, build_components, timed
+from agentrl.components import Component, Context, StepBatch, timed
 from agentrl.envs.base import sample_tasks
 from agentrl.envs.pool import EnvPool
 from agentrl.errors import RunError
 from agentrl.evaluate import evaluate
 from agentrl.losses.policy import aggregation_weights
+from agentrl.losses.reference import KLRewardPenalty, ReferenceLogprobs
 from agentrl.models import add_lora, load_model, load_tokenizer
 from agentrl.progress import plain_output, progress, set_stage
-from agentrl.registry import ACTORS, KL_ESTIMATORS, POLICY_LOSSES, SAMPLERS
+from agentrl.registry import ACTORS, ADVANTAGES, AUX_LOSSES, COMPONENTS, KL_ESTIMATORS, POLICY_LOSSES, SAMPLERS
 from agentrl.rollout.collect import collect
 from agentrl.rollout.records import write_trajectories
 from agentrl.sampler.base import Sampler
@@ -406,3 +409,34 @@ def mini_batch_split(samples: list, size: int, n_chunks: int, world: int) -> lis
         return [samples[i:i + size] for i in range(0, len(samples), size)]
     bounds = [round(i * len(samples) / n_chunks) for i in range(n_chunks + 1)]
     return [samples[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def build_components(ctx: Context) -> tuple[list[Component], list]:
+    """The run's components, in hook order: the reference and the KL penalty, those the
+    estimator brings, NTHR, the coupling lab, the plugins' (`rl.components`), then the auxiliary
+    losses (also returned apart: their losses join the update)."""
+    rl, config = ctx.config.rl, ctx.config
+    temperature = config.sampling.temperature or 1.0
+    components: list[Component] = []
+    if rl.kl_coef > 0:
+        reference = None
+        if getattr(rl.actor, "lora", None) is None:
+            reference = load_model(ctx.model_path, config.model.dtype).eval().requires_grad_(False)
+        components.append(ReferenceLogprobs(reference, ctx.policy, temperature, rl.micro_batch_tokens,
+                                            ctx.tokenizer.pad_token_id))
+        if rl.kl_in_reward:
+            components.append(KLRewardPenalty(rl.kl_coef, rl.kl_estimator))
+    extra = ADVANTAGES.entry(rl.advantage.type).components
+    if extra is not None:
+        components += extra(rl.advantage, ctx)
+    if rl.nthr is not None:
+        components.append(NTHR(ctx.policy, rl.nthr, temperature, ctx.tokenizer.pad_token_id, rl.micro_batch_tokens))
+    if rl.coupling_every:
+        components.append(CouplingLab(ctx.policy, ctx.tokenizer, rl.coupling_every, rl.coupling_pairs,
+                                      rl.coupling_lr, config.seed))
+    components += [COMPONENTS.get(c.type)(c, ctx) for c in rl.components]
+    aux_losses = [AUX_LOSSES.get(aux.type)(aux, ctx) for aux in rl.aux]
+    names = [c.name for c in components + aux_losses]
+    if len(set(names)) < len(names):
+        raise ValueError(f"trainer components need distinct names (their metrics and checkpoint folders): {names}")
+    return components + aux_losses, aux_losses

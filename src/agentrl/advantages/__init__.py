@@ -8,21 +8,8 @@ group membership comes from `Trajectory.group_id`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from agentrl.advantages.common import Advantages, register  # noqa: F401  (the plugin API)
 from agentrl.registry import ADVANTAGES
-
-
-@dataclass
-class Advantages:
-    values: list[list[float]]
-    """values[i][t]: advantage of step t of trajectory i (same order as the input)."""
-    metrics: dict[str, float] = field(default_factory=dict)
-    returns: list[list[float]] | None = None
-    """returns[i][t]: the critic's regression target for that step (estimators with a critic)."""
-
-
-register = ADVANTAGES.register
 
 
 def compute_advantages(trajectories, config) -> Advantages:

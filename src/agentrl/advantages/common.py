@@ -1,9 +1,25 @@
-"""Shared pieces of the estimators: discounted returns, GAE, anchor-state groups, group normalisation."""
+"""Shared pieces of the estimators: their result (`Advantages`), registration, discounted
+returns, GAE, anchor-state groups, group normalisation."""
 
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass, field
+
+from agentrl.registry import ADVANTAGES
+
+
+@dataclass
+class Advantages:
+    values: list[list[float]]
+    """values[i][t]: advantage of step t of trajectory i (same order as the input)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    returns: list[list[float]] | None = None
+    """returns[i][t]: the critic's regression target for that step (estimators with a critic)."""
+
+
+register = ADVANTAGES.register
 
 
 def discounted_returns(rewards: list[float], gamma: float) -> list[float]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import statistics
 
-from agentrl.advantages import Advantages, register
-from agentrl.advantages.common import anchor_groups, anchor_size_metrics, discounted_returns, gae, normalize, sample_std
+from agentrl.advantages.common import (Advantages, anchor_groups, anchor_size_metrics, discounted_returns, gae, normalize,
+                                       register, sample_std)
 from agentrl.config import GAGPOConfig
 from agentrl.rollout.types import group_by_id
 

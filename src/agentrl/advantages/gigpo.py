@@ -8,8 +8,8 @@ group whose raw observation is identical. A singleton anchor group gives A_step 
 
 from __future__ import annotations
 
-from agentrl.advantages import Advantages, register
-from agentrl.advantages.common import anchor_groups, anchor_size_metrics, discounted_returns, normalize, sample_std
+from agentrl.advantages.common import (Advantages, anchor_groups, anchor_size_metrics, discounted_returns, normalize,
+                                       register, sample_std)
 from agentrl.config import GiGPOConfig
 from agentrl.rollout.types import group_by_id
 

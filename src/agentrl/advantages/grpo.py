@@ -8,8 +8,7 @@ with a single sample (or zero spread without std division) gives advantage 0 the
 
 from __future__ import annotations
 
-from agentrl.advantages import Advantages, register
-from agentrl.advantages.common import normalize, sample_std
+from agentrl.advantages.common import Advantages, normalize, register, sample_std
 from agentrl.config import GRPOConfig
 from agentrl.rollout.types import group_by_id
 

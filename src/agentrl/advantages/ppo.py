@@ -11,8 +11,7 @@ the baseline).
 
 from __future__ import annotations
 
-from agentrl.advantages import Advantages, register
-from agentrl.advantages.common import gae, normalize
+from agentrl.advantages.common import Advantages, gae, normalize, register
 from agentrl.config import PPOConfig
 
 

@@ -5,7 +5,7 @@ Every step gets its episode's advantage, minus the step's invalid-action penalty
 
 from __future__ import annotations
 
-from agentrl.advantages import Advantages, register
+from agentrl.advantages.common import Advantages, register
 from agentrl.config import RLOOConfig
 from agentrl.rollout.types import group_by_id
 

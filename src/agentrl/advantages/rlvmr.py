@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from agentrl.advantages import Advantages, register
 from agentrl.config import RLVMRConfig
-from agentrl.advantages.common import normalize
+from agentrl.advantages.common import Advantages, normalize, register
 from agentrl.advantages.grpo import grpo
 from agentrl.prompting import META_TAGS, reasoning_tag
 from agentrl.rollout.types import group_by_id

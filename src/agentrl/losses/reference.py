@@ -1,0 +1,51 @@
+"""The KL reference as components: the reference's log-probs of every trained token, and the
+KL penalty as a reward term (`rl.kl_coef`, `rl.kl_in_reward`)."""
+
+from __future__ import annotations
+
+import torch
+
+from agentrl.actor.batch import per_sample
+from agentrl.actor.single import response_logprobs
+from agentrl.components import Component, StepBatch
+from agentrl.registry import KL_ESTIMATORS
+
+
+class ReferenceLogprobs(Component):
+    """log p_ref of every trained token (`TrainSample.ref_logprobs`): the frozen initial model, or
+    with LoRA the policy itself with its adapters switched off (no second copy)."""
+
+    name = "ref"
+
+    def __init__(self, reference, policy, temperature: float, token_budget: int, pad_id: int):
+        self.reference, self.policy = reference, policy
+        self.temperature, self.token_budget, self.pad_id = temperature, token_budget, pad_id
+
+    @torch.no_grad()
+    def score(self, batch: StepBatch) -> None:
+        def logprobs(tokens):
+            if self.reference is not None:
+                return response_logprobs(self.reference, tokens, self.temperature)[0]
+            with self.policy.disable_adapter():
+                return response_logprobs(self.policy, tokens, self.temperature)[0]
+
+        found = per_sample(batch.samples, self.token_budget, self.pad_id, lambda batches: [logprobs(b) for b in batches])
+        for s, logp in zip(batch.samples, found):
+            s.ref_logprobs = logp.tolist()
+
+
+class KLRewardPenalty(Component):
+    """KL(sampler || reference) as a reward term: kl_coef x the action's summed per-token KL joins
+    its step's penalty before the advantages (after ReferenceLogprobs)."""
+
+    name = "kl_penalty"
+
+    def __init__(self, coef: float, estimator: str):
+        self.coef, self.kl = coef, KL_ESTIMATORS.get(estimator)
+
+    def score(self, batch: StepBatch) -> None:
+        penalties = [self.coef * self.kl(torch.tensor(s.old_logprobs), torch.tensor(s.ref_logprobs)).sum().item()
+                     for s in batch.samples]
+        for step, penalty in zip(batch.steps, penalties):
+            step.penalty += penalty
+        batch.metrics["rollout/kl_penalty"] = sum(penalties) / len(penalties) if penalties else 0.0
