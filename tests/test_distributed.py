@@ -221,10 +221,9 @@ def startup_rank(rank, world, port, model_dir, out_dir, empty):
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         from agentrl.actor import shards_on_load
-        from agentrl.actor.fsdp import FSDPActor
         from agentrl.config import FSDP2ActorConfig
         meter = PeakResidentMemory()
-        actor = FSDPActor(load_model(model_dir, empty=empty and shards_on_load(FSDP2ActorConfig())), OPTIM)
+        actor = make_actor("fsdp2", load_model(model_dir, empty=empty and shards_on_load(FSDP2ActorConfig())))
         peak = meter.stop()
         state = actor.full_state_dict()
         if rank == 0:
@@ -243,7 +242,7 @@ def test_fsdp2_ranks_start_with_their_shards_not_the_whole_model(tmp_path):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=16384, hidden_size=1024, intermediate_size=2816, num_hidden_layers=3,
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=4096, hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
                                          num_attention_heads=16, num_key_value_heads=4, tie_word_embeddings=True))
     model.save_pretrained(tmp_path / "model")
     size = sum(p.numel() * p.element_size() for p in model.parameters())

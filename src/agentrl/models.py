@@ -18,6 +18,7 @@ import re
 import shutil
 import socket
 import urllib.parse
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -191,8 +192,8 @@ def load_model(path: str, dtype: str = "float32", empty: bool = False):
 SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64}
 
 
-class SafetensorsRows:
-    """Rows of the tensors in a safetensors file, read with plain file reads (the format: an
+class SafetensorsFile:
+    """Elements of the tensors in a safetensors file, read with plain file reads (the format: an
     8-byte header length, a JSON header of dtype / shape / byte offsets, then row-major data), so
     only the bytes asked for come into memory; safetensors' own `get_slice` maps the whole file,
     and every page it reads stays resident while the file is open."""
@@ -203,33 +204,47 @@ class SafetensorsRows:
         self.header = {k: v for k, v in json.loads(self.file.read(size)).items() if k != "__metadata__"}
         self.data = 8 + size
 
+    def shape(self, name: str) -> list[int]:
+        return self.header[name]["shape"]
+
     def read(self, name: str, start: int, count: int) -> torch.Tensor:
+        """Elements start .. start + count of tensor `name` flattened (row-major), as a 1-d tensor."""
         meta = self.header[name]
-        dtype, shape = SAFETENSORS_DTYPES[meta["dtype"]], meta["shape"]
-        row = dtype.itemsize * int(torch.Size(shape[1:]).numel())
-        self.file.seek(self.data + meta["data_offsets"][0] + start * row)
-        data = bytearray(count * row)
+        dtype = SAFETENSORS_DTYPES[meta["dtype"]]
+        self.file.seek(self.data + meta["data_offsets"][0] + start * dtype.itemsize)
+        data = bytearray(count * dtype.itemsize)
         self.file.readinto(data)
-        return torch.frombuffer(data, dtype=dtype).view(count, *shape[1:]) if count else torch.empty(0, *shape[1:])
+        return torch.frombuffer(data, dtype=dtype) if count else torch.empty(0, dtype=dtype)
+
+
+@contextmanager
+def safetensors_files(folder: str | Path):
+    """{tensor name: its open `SafetensorsFile`} over an HF folder's safetensors files."""
+    folder = Path(folder)
+    index = folder / "model.safetensors.index.json"
+    names = set(json.loads(index.read_text())["weight_map"].values()) if index.exists() else {"model.safetensors"}
+    files = [SafetensorsFile(folder / name) for name in sorted(names)]
+    try:
+        yield {key: f for f in files for key in f.header}
+    finally:
+        for f in files:
+            f.file.close()
 
 
 @torch.no_grad()
 def load_shards(module: torch.nn.Module, folder: str | Path, prefix: str = "") -> None:
-    """Fill `module`'s parameters, sharded along dim 0 (FSDP2's DTensors) or plain, from the
-    safetensors files of the HF folder `folder`, reading from each tensor only the rows this rank
-    holds. A parameter's name, less `prefix`, is its name in the files."""
+    """Fill `module`'s parameters from the safetensors files of the HF folder `folder`, reading
+    from each tensor only the part this rank holds: its rows (FSDP2's dim-0 DTensor shards) or all
+    of it (a plain parameter). A parameter's name, less `prefix`, is its name in the files."""
     from torch.distributed.tensor import DTensor, Shard
 
-    folder = Path(folder)
-    index = folder / "model.safetensors.index.json"
-    names = set(json.loads(index.read_text())["weight_map"].values()) if index.exists() else {"model.safetensors"}
-    files = [SafetensorsRows(folder / name) for name in sorted(names)]
-    where = {key: f for f in files for key in f.header}
-    try:
+    with safetensors_files(folder) as where:
         for name, param in module.named_parameters():
             key = name.removeprefix(prefix)
             if key not in where:
                 raise ValueError(f"{folder}: no tensor {key!r} in its safetensors files")
+            file, shape = where[key], where[key].shape(key)
+            row = int(torch.Size(shape[1:]).numel())
             local = param.to_local() if isinstance(param, DTensor) else param
             start = 0
             if isinstance(param, DTensor):
@@ -237,11 +252,7 @@ def load_shards(module: torch.nn.Module, folder: str | Path, prefix: str = "") -
                     raise ValueError(f"{name}: only dim-0 shards are read per rank, not {param.placements}")
                 chunk = -(-param.shape[0] // param.device_mesh.size())  # torch.chunk's sizes, as FSDP2 shards
                 start = min(param.device_mesh.get_local_rank() * chunk, param.shape[0])
-            rows = where[key].read(key, start, local.shape[0] if local.dim() else 1)
-            local.copy_(rows.reshape(local.shape))
-    finally:
-        for f in files:
-            f.file.close()
+            local.copy_(file.read(key, start * row, local.numel()).view(local.shape))
 
 
 def add_lora(model, lora):
