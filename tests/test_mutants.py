@@ -1,0 +1,21 @@
+"""The mutation pass is only as good as its mutants: each must still apply to this checkout.
+
+`tests/mutants.py` reports a mutant whose snippet is gone as "n/a" (so it can run against older
+checkouts); here, at this checkout, a missing snippet or test file is an error, so a refactor
+cannot quietly retire a mutant.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from mutants import MUTANTS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_every_mutant_applies_here(mutant):
+    assert mutant.old in (ROOT / mutant.path).read_text(), f"{mutant.path} no longer holds the snippet"
+    assert mutant.old != mutant.new
+    assert all((ROOT / "tests" / name).is_file() for name in mutant.tests)
