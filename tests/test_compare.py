@@ -146,9 +146,20 @@ def test_two_methods_two_seeds_end_to_end(good_model_dir, tmp_path, capsys):
     assert "| good - mute | L0 | 2 |" in text and "MDD" in text
     assert (out / "curves.png").stat().st_size > 0
 
+    def eval_stamps(method):
+        return [p.stat().st_mtime_ns for s in (1, 2) for p in sorted((out / method / f"seed{s}").rglob("eval/*/*"))]
+
+    stamps = {m: eval_stamps(m) for m in ("good", "mute")}
     capsys.readouterr()
     assert main(command) == 0  # finished runs are reused, not retrained
     assert capsys.readouterr().out.count("run: done earlier with the same settings, reused") == 4
+    assert {m: eval_stamps(m) for m in stamps} == stamps
+    # One method's settings changed: its runs are trained and evaluated again, the other's reused.
+    assert main([*command[:-1], "mute:eval.sampling.max_new_tokens=3"]) == 0
+    assert capsys.readouterr().out.count("run: done earlier with the same settings, reused") == 2
+    assert eval_stamps("good") == stamps["good"]
+    assert min(eval_stamps("mute")) > max(stamps["mute"])
+    assert main(command) == 0  # back to the first settings: redone again, not the changed runs reused
 
     # Reading the same folders gives the same statistics, laid out or named.
     assert main(["compare", "--runs", str(out)]) == 0
