@@ -103,3 +103,38 @@ def test_random_play_is_well_formed():
             result = env.step(rng.choice(obs.admissible_actions + [None]))
             obs, done = result.observation, result.done
     assert testbed.TestbedConfig().type == "testbed"
+
+
+def test_a_random_key_demonstrator_is_imitated_mistakes_included(tmp_path):
+    """`expert_key: random`: the demonstrations take each key about equally often and reach the
+    chest either way; its failed episodes reach the SFT data only with `sft.keep_failed`."""
+    import json
+    from collections import Counter
+
+    from agentrl.config import PromptConfig
+    from agentrl.data import collect_expert_data
+    from agentrl.prompting import parse_action
+
+    env = testbed.TestbedEnv(key_choices=4, expert_key="random")
+    outcomes = Counter()
+    for task_id in env.split_tasks("train")[:200]:
+        result, steps = play(env, task_id, lambda obs: env.expert_action()[1])
+        outcomes[result.success] += 1
+        assert steps == 4 + 1 and result.done  # the shortest way to the chest, with whichever key
+    assert 30 <= outcomes[True] <= 70  # 1 in 4 fits
+
+    prompt = PromptConfig(template="{task} {observation} {actions}", history_length=0)
+    taken = {}
+    for keep in (False, True):
+        path = tmp_path / f"keep{keep}.jsonl"
+        stats = collect_expert_data(env, prompt, 100, path, 0, keep_failed=keep)
+        takes = [json.loads(line)["messages"] for line in path.read_text().splitlines()]
+        takes = [(m[0]["content"], parse_action(m[1]["content"])) for m in takes
+                 if parse_action(m[1]["content"]).startswith("take")]
+        taken[keep] = Counter(f"the {action.split()[1]} chest" in user for user, action in takes)
+        assert stats["successful"] == len(takes)
+    assert taken[False][False] == 0 and 15 <= taken[False][True] <= 40  # successes: the fitting key
+    assert 50 <= taken[True][False] <= 90 and taken[True][True] == taken[False][True]
+    goal = testbed.TestbedEnv(key_choices=4)
+    for task_id in goal.split_tasks("train")[:50]:
+        assert play(goal, task_id, lambda obs: goal.expert_action()[1])[0].success

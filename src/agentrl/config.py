@@ -681,6 +681,9 @@ class SFTConfig(Section):
     """Share of expert steps that execute a random admissible action instead (the example keeps
     the expert's): data that shows recovering from errors. For experts that plan from the current
     state (household, testbed); a fixed-path expert stops at the first detour it cannot undo."""
+    keep_failed: bool = False
+    """Keep the examples of expert episodes that fail (false: successful ones only): imitating a
+    demonstrator that is not always right, mistakes included (the testbed's `expert_key: random`)."""
     epochs: int = Field(3, ge=1)
     """Passes over the SFT data."""
     batch_size: int = Field(32, ge=1)

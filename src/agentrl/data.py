@@ -13,9 +13,10 @@ from agentrl.prompting import HistoryEntry, format_response, render_prompt
 from agentrl.rollout.types import StepSample, Trajectory
 
 
-def expert_episode(env, task_id: str, prompt, detours: float = 0.0, rng: random.Random | None = None) -> list[dict]:
+def expert_episode(env, task_id: str, prompt, detours: float = 0.0, rng: random.Random | None = None,
+                   keep_failed: bool = False) -> list[dict]:
     """The chat examples of one expert episode, or [] if the expert failed it (or, like ALFWorld's
-    hand-coded agent, found no move).
+    hand-coded agent, found no move) unless `keep_failed`.
 
     With `detours` > 0 (noise injection, as in DART, Laskey et al. 2017) each step executes a
     random admissible action instead of the expert's with that probability; the example still
@@ -31,7 +32,7 @@ def expert_episode(env, task_id: str, prompt, detours: float = 0.0, rng: random.
         try:
             thought, action = env.expert_action()
         except NoExpertMove:
-            return examples if detoured else []
+            return examples if detoured or keep_failed else []
         tag = "think"
         if prompt.expert_tags == "meta":
             tag = "planning" if step == 0 else "explore" if _goes_somewhere_new(action, visited) else "monitor"
@@ -46,8 +47,8 @@ def expert_episode(env, task_id: str, prompt, detours: float = 0.0, rng: random.
         history.append(HistoryEntry(obs.text, action))
         obs = result.observation
         if result.done:
-            return examples if result.success or detoured else []
-    return examples if detoured else []
+            return examples if result.success or detoured or keep_failed else []
+    return examples if detoured or keep_failed else []
 
 
 def _goes_somewhere_new(action: str, visited: set[str]) -> bool:
@@ -59,9 +60,9 @@ def _goes_somewhere_new(action: str, visited: set[str]) -> bool:
 
 
 def collect_expert_data(env, prompt, episodes: int, path: str | Path, seed: int,
-                        split: str = "train", detours: float = 0.0) -> dict:
-    """Write the successful expert episodes of `episodes` sampled tasks to `path` (with `detours`,
-    see `expert_episode`, every episode's examples)."""
+                        split: str = "train", detours: float = 0.0, keep_failed: bool = False) -> dict:
+    """Write the successful expert episodes of `episodes` sampled tasks to `path` (with `detours`
+    or `keep_failed`, see `expert_episode`, every episode's examples)."""
     rng = random.Random(seed)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,7 +70,7 @@ def collect_expert_data(env, prompt, episodes: int, path: str | Path, seed: int,
     with path.open("w") as f, task("expert data", episodes) as advance:
         for task_id in sample_tasks(env, split, episodes, rng):
             advance()
-            examples = expert_episode(env, task_id, prompt, detours, rng)
+            examples = expert_episode(env, task_id, prompt, detours, rng, keep_failed)
             kept += bool(examples)
             steps += len(examples)
             for example in examples:

@@ -80,7 +80,8 @@ def expert_data(config: Config, out: str | Path, episodes: int, judgments: int =
     tmp = out.with_name(out.name + ".tmp")
     env = make_env(config.env)
     try:
-        stats = collect_expert_data(env, config.prompt, episodes, tmp, config.seed, split, config.sft.detours)
+        stats = collect_expert_data(env, config.prompt, episodes, tmp, config.seed, split, config.sft.detours,
+                                    config.sft.keep_failed)
         if judgments:
             stats.update(collect_judgment_data(env, config.prompt, judgments, tmp, config.seed))
     finally:
@@ -251,7 +252,7 @@ def _until_sft(config: Config, restart: bool) -> dict:
     else:
         data = sft_dir / "data.jsonl"
         data_settings = {**config_settings(config, "seed", "env", "prompt", "sft.episodes", "sft.judgments",
-                                         "sft.detours"),
+                                         "sft.detours", "sft.keep_failed"),
                          **plugins}
         if not phases.reusable("expert data", data_settings, data.exists()):
             data.parent.mkdir(parents=True, exist_ok=True)

@@ -55,6 +55,10 @@ class TestbedConfig(Section):
     """Rooms between the key room and the chest room: how long the decisive action waits for its reward."""
     slack: int = Field(4, ge=0)
     """Steps allowed beyond the shortest solution."""
+    expert_key: Literal["goal", "random"] = "goal"
+    """The key the expert's demonstrations take: the chest's (`goal`), or one at random per task
+    (`random`: a demonstrator that does not know which key fits, so a cold start imitating it,
+    failures kept with `sft.keep_failed`, picks keys at random and matching the chest is left to RL)."""
     l2_extra_rooms: int = Field(2, ge=0)
     """L2's corridors are this much longer than the others."""
     train_size: int = Field(5000, ge=1)
@@ -115,6 +119,9 @@ class TestbedEnv:
     def reset(self, task_id: str) -> Observation:
         self.corridor = make_corridor(self.config, task_id)
         self.room, self.dead_end, self.key, self.steps = 0, False, None, 0
+        keys = self.corridor.keys
+        random_key = self.config.expert_key == "random" and keys
+        self.demonstrated_key = random.Random(f"testbed-expert:{task_id}").choice(keys) if random_key else None
         self.limit = len(self.corridor.rooms) + self.config.slack + 1
         return self._observation()
 
@@ -193,27 +200,31 @@ class TestbedEnv:
 
     # --- expert ------------------------------------------------------------------------------
     def expert_action(self) -> tuple[str, str]:
-        action = self._expert_action()
+        """The demonstrator's move: the shortest way (with `expert_key: random`, to the chest with
+        the key it picked, which may not fit)."""
+        action = self._expert_action(self.demonstrated_key)
         if action is None:
             raise NoExpertMove("the agent holds the wrong key: the chest cannot be opened")
         verb = action.split()[0]
-        thought = {"go": "I move on.", "take": f"I take the key of the {self.corridor.goal} chest.",
-                   "open": "I open the chest."}[verb]
+        took = "I take a key." if self.demonstrated_key else f"I take the key of the {self.corridor.goal} chest."
+        thought = {"go": "I move on.", "take": took, "open": "I open the chest."}[verb]
         if action == "go back":
             thought = "This is a dead end."
         return thought, action
 
-    def _expert_action(self) -> str | None:
-        """The shortest way from here, knowing the corridor (hinted or not)."""
+    def _expert_action(self, key: str | None = None) -> str | None:
+        """The shortest way from here to opening the chest with `key` (default: the one that fits),
+        knowing the corridor (hinted or not)."""
         c = self.corridor
+        key = key or c.goal
         if self.dead_end:
             return "go back"
-        if self.key is not None and self.key != c.goal:
+        if self.key is not None and self.key != key:
             return None
         if c.key_room is not None and self.key is None:
             if self.room < c.key_room:
                 return f"go through {c.rooms[self.room][1]} door"
             if self.room > c.key_room:
                 return "go back"
-            return f"take {c.goal} key"
+            return f"take {key} key"
         return "open chest" if self._last() else f"go through {c.rooms[self.room][1]} door"
