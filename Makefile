@@ -137,8 +137,8 @@ GCD = {type: gcd, labels: [rules, env], pairs_per_step: 16, eval_pairs: 40}
 GCD_METHODS = --method "sft:rl.steps=0;rl.aux=[$(GCD)]" --method "grpo:" --method "grpo+gcd:rl.aux=[$(GCD)]"
 testbed: $(STAMP)  ## GRPO / GiGPO / GAGPO on the testbed over SEEDS (SETTING=name TESTBED_SET="env.k=v ...")
 	$(VENV)/bin/agentrl run recipes/testbed.yaml --set run_dir=runs/testbed/$(SETTING)/coldstart \
-		--set model.path=runs/testbed/$(SETTING)/coldstart/model-init --set rl.steps=0 $(TESTBED_OVERRIDES) \
-		$(foreach item,$(COLDSTART_SET),--set $(item))
+		--set model.path=runs/testbed/$(SETTING)/coldstart/model-init $(TESTBED_OVERRIDES) \
+		$(foreach item,$(COLDSTART_SET),--set $(item)) --set rl.steps=0
 	$(VENV)/bin/agentrl compare recipes/testbed.yaml --model runs/testbed/$(SETTING)/coldstart/sft/model \
 		--out runs/testbed/$(SETTING) --seeds $(SEEDS) $(TESTBED_OVERRIDES) $(TESTBED_METHODS)
 	cp runs/testbed/$(SETTING)/summary.md benchmarks/results/testbed-$(SETTING).md

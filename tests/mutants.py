@@ -29,6 +29,7 @@ EVAL = ["test_evaluate.py", "test_cli.py"]
 FAILURES = ["test_failures.py"]
 COMPARE = ["test_compare.py"]
 TESTBED = ["test_testbed.py"]
+PACKING = ["test_packing.py"]
 VLLM_PY = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"  # test_vllm.py runs there
 
 
@@ -285,6 +286,17 @@ MUTANTS = [
     Mutant("compare: a finished run reused whatever its settings", "src/agentrl/compare.py",
            'if not phases.reusable("run", settings, (run_dir / "config.yaml").is_file()):',
            'if not (run_dir / "phases.json").is_file():', ["test_compare.py"]),
+    # --- prefix packing ----------------------------------------------------------------------------
+    Mutant("packing: a response attends to the other responses of its row", "src/agentrl/actor/batch.py",
+           "((key == 0) | (key == query))", "(key >= 0)", PACKING),
+    Mutant("packing: no gradient flows into the shared prefix", "src/agentrl/actor/single.py",
+           "        return hidden.flatten(0, 1)[batch.predict]",
+           "        return torch.where((batch.branch == 0)[..., None], hidden.detach(), hidden).flatten(0, 1)[batch.predict]",
+           PACKING),
+    Mutant("packing: a response's positions restart at 0", "src/agentrl/actor/batch.py",
+           "torch.arange(size, size + len(suffix))", "torch.arange(len(suffix))", PACKING),
+    Mutant("packing: a response's first token predicted from its own column", "src/agentrl/actor/batch.py",
+           "(size - 1 if t == size else column[t - 1])", "(at if t == size else column[t - 1])", PACKING),
     # --- provenance --------------------------------------------------------------------------------
     Mutant("provenance: a redone RL keeps the stale run's checkpoints", "src/agentrl/pipeline.py",
            "            shutil.rmtree(rl_dir, ignore_errors=True)  # steps taken with other settings\n", "", ["test_plugins.py"]),

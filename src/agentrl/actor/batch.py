@@ -5,6 +5,14 @@ named per-trained-token fields that the losses read (old log-probs, advantages, 
 `TokenBatch` holds whole samples within a token budget, right-padded; each of its per-token
 fields is flat, (N,) over the N trained tokens in row-major order of the mask, or None when
 no loss of the batch uses it.
+
+Prefix packing (`pack=True`): one environment step is one sample, so the samples of a task
+group repeat the same prompt again and again. Samples whose tokens before their first trained
+token (their prefix: the prompt) are identical share one row: the prefix once, then each
+sample's suffix, every suffix continuing the prefix's positions and attending to the prefix and
+to itself only (a 4-D mask of the packed tree, as in Prefix Grouper and Tree Training). The
+prefix's activations are computed once and receive the gradients of every suffix; each trained
+token's log-prob is the one the unpacked batch gives (up to float summation order).
 """
 
 from __future__ import annotations
@@ -65,15 +73,43 @@ class TokenBatch(TokenFields):
     mask: torch.Tensor
     """(B, L) bool, True at trained tokens; N = mask.sum()."""
     sample_index: torch.Tensor | None = None
-    """(N,) the row (sample) of each trained token."""
+    """(N,) the sample (its place in the batch's order) of each trained token."""
+    position_ids: torch.Tensor | None = None
+    """(B, L) packed rows only: each suffix continues its prefix's positions."""
+    branch: torch.Tensor | None = None
+    """(B, L) packed rows only: 0 on the shared prefix, k on the row's k-th suffix, -1 on padding."""
+    predict: torch.Tensor | None = None
+    """(N,) packed rows only: the flat position (row x L + column) whose hidden state predicts
+    each trained token (a suffix's first token is predicted by the prefix's last)."""
 
     @property
     def n_tokens(self) -> int:
         return int(self.mask.sum())
 
+    @property
+    def n_computed(self) -> int:
+        """Tokens the forward pass runs (real tokens of the rows, padding excluded)."""
+        return int(self.attention_mask.sum())
+
     def to(self, device) -> TokenBatch:
-        moved = {name: getattr(self, name) for name in (*FIELDS, "input_ids", "attention_mask", "mask", "sample_index")}
+        moved = {name: getattr(self, name) for name in (*FIELDS, *LAYOUT)}
         return replace(self, **{k: v if v is None else v.to(device) for k, v in moved.items()})
+
+    def layout(self) -> tuple:
+        """The tensors that say what the model computes (`LAYOUT`, in order)."""
+        return tuple(getattr(self, name) for name in LAYOUT)
+
+
+LAYOUT = ("input_ids", "attention_mask", "mask", "sample_index", "position_ids", "branch", "predict")
+
+
+def packed_attention(branch: torch.Tensor) -> torch.Tensor:
+    """(B, 1, L, L) bool, True where a query may attend a key: causal, within its row, to the
+    prefix and to its own suffix (a padding query sees the prefix, so no row is empty)."""
+    length = branch.shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=branch.device).tril()
+    query, key = branch[:, :, None], branch[:, None, :]
+    return (causal & (key >= 0) & ((key == 0) | (key == query)))[:, None]
 
 
 def collate(samples: list[TrainSample], pad_id: int = 0) -> TokenBatch:
@@ -88,6 +124,11 @@ def collate(samples: list[TrainSample], pad_id: int = 0) -> TokenBatch:
         attention[row, :len(s.ids)] = 1
         mask[row, :len(s.ids)] = torch.tensor(s.mask)
     mask[:, 0] = False
+    return TokenBatch(input_ids, attention, mask, **_fields(samples))
+
+
+def _fields(samples: list[TrainSample]) -> dict:
+    """The per-token fields of `samples` (flat, in their order) and each trained token's sample."""
     values = {}
     for name in FIELDS:
         present = [getattr(s, name) is not None for s in samples]
@@ -95,8 +136,70 @@ def collate(samples: list[TrainSample], pad_id: int = 0) -> TokenBatch:
             raise ValueError(f"collate: {sum(present)} of {len(samples)} samples have {name}")
         if all(present):
             values[name] = torch.tensor([v for s in samples for v in getattr(s, name)], dtype=torch.float32)
-    sample_index = torch.tensor([row for row, s in enumerate(samples) for _ in range(s.n_targets)], dtype=torch.long)
-    return TokenBatch(input_ids, attention, mask, sample_index, **values)
+    values["sample_index"] = torch.tensor([i for i, s in enumerate(samples) for _ in range(s.n_targets)], dtype=torch.long)
+    return values
+
+
+def prefix_length(sample: TrainSample) -> int:
+    """Tokens before the first trained one (the first token is never trained): the part a packed
+    row shares."""
+    return next((t for t in range(1, len(sample.ids)) if sample.mask[t]), len(sample.ids))
+
+
+def collate_rows(rows: list[list[TrainSample]], pad_id: int = 0) -> TokenBatch:
+    """One packed batch: each row is samples with the same prefix (its tokens once, then each
+    sample's suffix). The trained tokens and per-token fields are in the order of the rows'
+    samples, as `collate` of those samples would give them."""
+    width = max(row_length(row) for row in rows)
+    shape = (len(rows), width)
+    input_ids = torch.full(shape, pad_id, dtype=torch.long)
+    attention, mask = torch.zeros(shape, dtype=torch.long), torch.zeros(shape, dtype=torch.bool)
+    positions, branch = torch.zeros(shape, dtype=torch.long), torch.full(shape, -1, dtype=torch.long)
+    predict = []
+    for r, row in enumerate(rows):
+        size = prefix_length(row[0])
+        prefix = row[0].ids[:size]
+        input_ids[r, :size], positions[r, :size], branch[r, :size] = torch.tensor(prefix), torch.arange(size), 0
+        at = size  # the next free column of the row
+        for k, s in enumerate(row, 1):
+            if s.ids[:size] != prefix or prefix_length(s) != size:
+                raise ValueError("collate_rows: a row's samples must share their prefix")
+            suffix = s.ids[size:]
+            columns = slice(at, at + len(suffix))
+            input_ids[r, columns], positions[r, columns] = torch.tensor(suffix), torch.arange(size, size + len(suffix))
+            branch[r, columns], mask[r, columns] = k, torch.tensor(s.mask[size:])
+            # Token t of the sample is predicted at t - 1: the prefix's last column for t == size.
+            column = {t: at + t - size for t in range(size, len(s.ids))}
+            predict += [r * width + (size - 1 if t == size else column[t - 1]) for t in range(size, len(s.ids)) if s.mask[t]]
+            at += len(suffix)
+        attention[r, :at] = 1
+    samples = [s for row in rows for s in row]
+    return TokenBatch(input_ids, attention, mask, position_ids=positions, branch=branch,
+                      predict=torch.tensor(predict, dtype=torch.long), **_fields(samples))
+
+
+def prefix_rows(samples: list[TrainSample], max_row: int) -> list[list[TrainSample]]:
+    """Samples grouped by prefix (in order of first appearance), each group cut into rows of at
+    most `max_row` tokens (a row holds at least one sample)."""
+    groups: dict[tuple[int, ...], list[TrainSample]] = {}
+    for s in samples:
+        groups.setdefault(tuple(s.ids[:prefix_length(s)]), []).append(s)
+    rows = []
+    for prefix, members in groups.items():
+        row, length = [], len(prefix)
+        for s in members:
+            extra = len(s.ids) - len(prefix)
+            if row and length + extra > max_row:
+                rows.append(row)
+                row, length = [], len(prefix)
+            row.append(s)
+            length += extra
+        rows.append(row)
+    return rows
+
+
+def row_length(row: list[TrainSample]) -> int:
+    return prefix_length(row[0]) + sum(len(s.ids) - prefix_length(s) for s in row)
 
 
 def budget_chunks(items: Iterable[T], token_budget: int, length: Callable[[T], int] = lambda s: len(s.ids)
@@ -114,19 +217,37 @@ def budget_chunks(items: Iterable[T], token_budget: int, length: Callable[[T], i
         yield current
 
 
-def micro_batches(samples: list[TrainSample], token_budget: int, pad_id: int = 0) -> list[TokenBatch]:
-    """Pack samples (longest first) into micro-batches of at most `token_budget` padded tokens."""
-    return [collate(chunk, pad_id) for chunk in budget_chunks(samples, token_budget)]
+# A packed row's attention is dense over the row (quadratic in its length), so rows stop here:
+# a prompt shared by more samples than fit starts another row.
+MAX_ROW_TOKENS = 2048
+
+
+def _chunks(samples: list[TrainSample], token_budget: int, pad_id: int, pack: bool
+            ) -> list[tuple[list[TrainSample], TokenBatch]]:
+    """(the samples of a micro-batch in its token order, the micro-batch) within `token_budget`
+    padded tokens, longest rows first; with `pack`, samples sharing a prefix share rows."""
+    if not pack:
+        return [(chunk, collate(chunk, pad_id)) for chunk in budget_chunks(samples, token_budget)]
+    rows = prefix_rows(samples, min(token_budget, MAX_ROW_TOKENS))
+    return [([s for row in chunk for s in row], collate_rows(chunk, pad_id))
+            for chunk in budget_chunks(rows, token_budget, length=row_length)]
+
+
+def micro_batches(samples: list[TrainSample], token_budget: int, pad_id: int = 0, pack: bool = False
+                  ) -> list[TokenBatch]:
+    """Samples (longest first) in micro-batches of at most `token_budget` padded tokens, with
+    `pack` each shared prefix computed once (see the module docstring)."""
+    return [batch for _, batch in _chunks(samples, token_budget, pad_id, pack)]
 
 
 def per_sample(samples: list[TrainSample], token_budget: int, pad_id: int,
-               compute: Callable[[list[TokenBatch]], list[torch.Tensor]]) -> list[torch.Tensor]:
+               compute: Callable[[list[TokenBatch]], list[torch.Tensor]], pack: bool = False) -> list[torch.Tensor]:
     """`compute(batches)` -> one (N, ...) tensor per trained token of each batch, run on the
-    samples packed into budget-sized micro-batches, split back into one tensor (n_targets, ...)
-    per sample, in the order of `samples`."""
-    chunks = list(budget_chunks(samples, token_budget))
+    samples in budget-sized micro-batches (packed with `pack`), split back into one tensor
+    (n_targets, ...) per sample, in the order of `samples`."""
+    chunks = _chunks(samples, token_budget, pad_id, pack)
     out: dict[int, torch.Tensor] = {}
-    for chunk, values in zip(chunks, compute([collate(c, pad_id) for c in chunks])):
+    for (chunk, _), values in zip(chunks, compute([batch for _, batch in chunks])):
         for s, part in zip(chunk, values.split([s.n_targets for s in chunk])):
             out[id(s)] = part
     return [out[id(s)] for s in samples]

@@ -29,7 +29,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 from agentrl.actor.base import backward_all
-from agentrl.actor.batch import TokenBatch, TrainSample, collate
+from agentrl.actor.batch import LAYOUT, TokenBatch, TrainSample, collate
 from agentrl.actor.single import make_optimizer, response_logprobs, trained_hidden
 from agentrl.distributed import device
 from agentrl.models import load_shards
@@ -80,9 +80,8 @@ class TokenHead(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids, attention_mask, mask, temperature: float = 1.0, entropy: bool = False,
-                hidden: bool = False):
-        batch = TokenBatch(input_ids, attention_mask, mask)
+    def forward(self, layout: tuple, temperature: float = 1.0, entropy: bool = False, hidden: bool = False):
+        batch = TokenBatch(**dict(zip(LAYOUT, layout)))
         if hidden:
             return trained_hidden(self.model, batch)
         return response_logprobs(self.model, batch, temperature, entropy)
@@ -91,7 +90,7 @@ class TokenHead(torch.nn.Module):
 def call_root(root, batch: TokenBatch, temperature: float = 1.0, entropy: bool = False, hidden: bool = False):
     """Run a wrapped `TokenHead` (FSDP module or DeepSpeed engine) on a batch moved to this rank's device."""
     batch = batch.to(device())
-    return root(batch.input_ids, batch.attention_mask, batch.mask, temperature, entropy, hidden)
+    return root(batch.layout(), temperature, entropy, hidden)
 
 
 class FSDPActor:

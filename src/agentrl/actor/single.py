@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from agentrl.actor.base import backward_all
-from agentrl.actor.batch import TokenBatch
+from agentrl.actor.batch import TokenBatch, packed_attention
 from agentrl.distributed import model_device
 from agentrl.kernels import linear_logprob
 from agentrl.models import is_lora
@@ -17,8 +17,20 @@ from agentrl.models import is_lora
 def trained_hidden(model, batch: TokenBatch) -> torch.Tensor:
     """(N, H): the final hidden state at each position that predicts a trained token."""
     batch = batch.to(model_device(model))
-    hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask
-                                 ).last_hidden_state  # (B, L, H)
+    attention = batch.attention_mask
+    if batch.branch is not None:  # packed rows: the tree's own 4-D mask
+        attention = packed_attention(batch.branch)
+        implementation = model.config._attn_implementation
+        if implementation == "eager":
+            attention = torch.zeros(attention.shape, dtype=model.dtype, device=attention.device
+                                    ).masked_fill(~attention, torch.finfo(model.dtype).min)
+        elif implementation != "sdpa":
+            raise ValueError(f"prefix packing needs sdpa or eager attention, not {implementation!r}: set "
+                             "rl.pack_prefixes / sft.pack_prefixes to false")
+    hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=attention,
+                                 position_ids=batch.position_ids).last_hidden_state  # (B, L, H)
+    if batch.predict is not None:
+        return hidden.flatten(0, 1)[batch.predict]
     return hidden[:, :-1][batch.mask[:, 1:]]  # position t-1 predicts token t
 
 
@@ -29,7 +41,7 @@ def response_logprobs(model, batch: TokenBatch, temperature: float = 1.0, entrop
     """
     hidden = trained_hidden(model, batch)
     batch = batch.to(hidden.device)
-    targets = batch.input_ids[:, 1:][batch.mask[:, 1:]]  # (N,)
+    targets = batch.input_ids[batch.mask]  # (N,), in the order of the hidden states
     head = model.get_output_embeddings()
     if getattr(head, "bias", None) is not None:
         raise ValueError("the fused log-prob assumes an lm_head without bias")

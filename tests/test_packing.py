@@ -1,0 +1,90 @@
+"""Prefix packing computes each shared prompt once and changes nothing else: per-token log-probs,
+entropies, losses and every parameter's gradient equal those of the unpacked batch (fp32, atol
+1e-5), with prompts of unequal lengths, prompts shared by several samples or by none, rows cut
+by the token budget, and samples whose prompts share only a leading part."""
+
+import pytest
+import torch
+
+from agentrl.actor.batch import TrainSample, micro_batches, per_sample
+from agentrl.actor.single import response_logprobs
+from agentrl.losses.policy import ppo_clip
+from agentrl.config import PPOClipConfig
+from agentrl.models import load_model
+
+
+def step_samples(seed: int = 0) -> list[TrainSample]:
+    """A task group's step samples: 4 prompts (lengths 9 to 31; two share their first 6 tokens)
+    each answered 1 to 5 times with responses of 2 to 9 tokens, in shuffled order."""
+    g = torch.Generator().manual_seed(seed)
+    common = torch.randint(3, 200, (6,), generator=g).tolist()
+    prompts = [torch.randint(3, 200, (n,), generator=g).tolist() for n in (9, 31, 17)]
+    prompts.append(common + [7, 8, 9])
+    prompts[0] = common + prompts[0][6:]
+    samples = []
+    for prompt, answers in zip(prompts, (5, 3, 1, 4)):
+        for _ in range(answers):
+            n = int(torch.randint(2, 10, (1,), generator=g))
+            response = torch.randint(3, 200, (n,), generator=g).tolist()
+            samples.append(TrainSample.from_turn(prompt, response, old_logprobs=[-1.0] * n,
+                                                 advantages=torch.randn(n, generator=g).tolist()))
+    order = torch.randperm(len(samples), generator=g).tolist()
+    return [samples[i] for i in order]
+
+
+def forward_backward(model, samples, budget, pack):
+    """Per-sample log-probs and entropies, the loss and every gradient, over `samples` in
+    micro-batches of `budget` tokens."""
+    model.zero_grad(set_to_none=True)
+    total, computed = 0.0, 0
+    for batch in micro_batches(samples, budget, pack=pack):
+        logp, _ = response_logprobs(model, batch, 0.8, entropy=True)
+        loss, _ = ppo_clip(logp, batch.old_logprobs, batch.advantages, batch.sample_index, PPOClipConfig())
+        loss.sum().backward()
+        total += float(loss.sum())
+        computed += batch.n_computed
+    scored = per_sample(samples, budget, 0, lambda bs: [torch.stack(response_logprobs(model, b, 0.8, entropy=True))
+                                                        .detach().T for b in bs], pack=pack)
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return scored, total, grads, computed
+
+
+@pytest.mark.parametrize("budget", [10**6, 60])
+def test_packed_equals_unpacked(tiny_model_dir, budget):
+    model = load_model(tiny_model_dir).float()
+    samples = step_samples()
+    plain, plain_loss, plain_grads, plain_tokens = forward_backward(model, samples, budget, pack=False)
+    packed, packed_loss, packed_grads, packed_tokens = forward_backward(model, samples, budget, pack=True)
+    for a, b in zip(plain, packed):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=0)  # (n_targets, 2): log-prob, entropy
+    assert packed_loss == pytest.approx(plain_loss, abs=1e-5)
+    assert plain_grads.keys() == packed_grads.keys() and len(plain_grads) > 5
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(packed_grads[name], grad, atol=1e-5, rtol=0, msg=name)
+    assert packed_tokens < 0.6 * plain_tokens  # 13 samples on 4 prompts: the prompts once
+    if budget == 10**6:  # every repeat of a prompt saved: 5 x 9, 3 x 31, 1 x 17, 4 x 9 tokens
+        assert packed_tokens == plain_tokens - (4 * 9 + 2 * 31 + 0 * 17 + 3 * 9)
+
+
+def test_packed_rows_respect_the_budget_and_keep_sample_order(tiny_model_dir):
+    samples = step_samples(1)
+    for budget in (40, 60, 10**6):
+        batches = micro_batches(samples, budget, pack=True)
+        assert all(b.input_ids.numel() <= max(budget, max(len(s.ids) for s in samples)) for b in batches)
+        assert sum(b.n_tokens for b in batches) == sum(s.n_targets for s in samples)
+        assert sum(int(b.advantages.numel()) for b in batches) == sum(s.n_targets for s in samples)
+
+
+def test_a_suffix_never_sees_another_suffix(tiny_model_dir):
+    """Changing one sample's response leaves every other sample's log-probs in its row untouched
+    (and changing the shared prompt changes them all)."""
+    model = load_model(tiny_model_dir).float()
+    prompt = list(range(20, 40))
+    samples = [TrainSample.from_turn(prompt, [50 + i, 60 + i, 70 + i]) for i in range(3)]
+    changed = samples[:1] + [TrainSample.from_turn(prompt, [90, 91, 92, 93, 94])] + samples[2:]
+    with torch.no_grad():
+        before = per_sample(samples, 10**6, 0, lambda bs: [response_logprobs(model, b)[0] for b in bs], pack=True)
+        after = per_sample(changed, 10**6, 0, lambda bs: [response_logprobs(model, b)[0] for b in bs], pack=True)
+    assert micro_batches(samples, 10**6, pack=True)[0].input_ids.shape == (1, 20 + 9)  # one row
+    torch.testing.assert_close(after[0], before[0], atol=1e-6, rtol=0)
+    torch.testing.assert_close(after[2], before[2], atol=1e-6, rtol=0)
