@@ -545,14 +545,25 @@ def sampled_and_trained(config, model_dir):
             for batch in parts[0][0]:  # the policy loss's micro-batches
                 offset = 0
                 for row in range(len(batch.input_ids)):
-                    ids = batch.input_ids[row][batch.attention_mask[row].bool()].tolist()
-                    mask = batch.mask[row][:len(ids)]
-                    first = int(mask.nonzero()[0])
-                    assert mask[first:].all() and not mask[len(ids):].any()  # the response is the tail
-                    n = len(ids) - first
-                    trained.append((tuple(ids[:first]), tuple(ids[first:]),
-                                    tuple(batch.old_logprobs[offset:offset + n].tolist())))
-                    offset += n
+                    # (prompt, response) columns of the row's samples: a plain row holds one, a
+                    # packed row (rl.pack_prefixes) its prompt once and then each response.
+                    real = batch.attention_mask[row].bool()
+                    if batch.branch is None:
+                        first = int(batch.mask[row].nonzero()[0])
+                        columns = torch.arange(len(real))
+                        units = [(columns[:first], columns[first:][real[first:]])]
+                    else:
+                        branch = batch.branch[row]
+                        units = [((branch == 0).nonzero()[:, 0], (branch == k).nonzero()[:, 0])
+                                 for k in range(1, int(branch.max()) + 1)]
+                    for prompt, response in units:
+                        assert batch.mask[row][response].all() and not batch.mask[row][prompt].any()
+                        n = len(response)
+                        trained.append((tuple(batch.input_ids[row][prompt].tolist()),
+                                        tuple(batch.input_ids[row][response].tolist()),
+                                        tuple(batch.old_logprobs[offset:offset + n].tolist())))
+                        offset += n
+                assert offset == batch.n_tokens
             return optimizer_step(parts)
 
         trainer.sampler.generate, trainer.actor.optimizer_step = watch_generate, watch_update

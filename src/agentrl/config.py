@@ -556,6 +556,10 @@ class RLConfig(Section):
     """Step samples per optimiser step."""
     micro_batch_tokens: int = Field(16384, ge=1)
     """Token budget of one forward/backward (does not change the update)."""
+    pack_prefixes: bool = True
+    """Step samples with the same prompt share a packed row, the prompt computed once (update,
+    sampler check, reference, NTHR, auxiliary losses): the same log-probs and gradients up to
+    float summation order (`agentrl.actor.batch`). Needs sdpa or eager attention."""
     epochs: int = Field(1, ge=1)
     """Passes over each rollout batch."""
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
@@ -693,6 +697,9 @@ class SFTConfig(Section):
     random-init model learns to read and copy the environment's text much faster with > 0."""
     micro_batch_tokens: int = Field(16384, ge=1)
     """Token budget of one forward/backward (does not change the update)."""
+    pack_prefixes: bool = True
+    """Examples with the same prompt share a packed row, the prompt computed once (see
+    `rl.pack_prefixes`)."""
     optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-5))
     """Optimiser of the SFT phase (default lr 1e-5)."""
     actor: Annotated[Section, ACTORS.field("single")] | None = None

@@ -87,7 +87,8 @@ def train_sft(model, tokenizer, data_path: str | Path, sft_cfg, seed: int, out_d
                 chunk = order[i:i + sft_cfg.batch_size]
                 set_stage(f"SFT step {step}")
                 total_weight = sum(sum(s.weight) for s in chunk)
-                batches = micro_batches(chunk[rank::world], sft_cfg.micro_batch_tokens, tokenizer.pad_token_id)
+                batches = micro_batches(chunk[rank::world], sft_cfg.micro_batch_tokens, tokenizer.pad_token_id,
+                                        sft_cfg.pack_prefixes)
                 metrics = actor.optimizer_step([(batches, sft_loss(actor, total_weight))])
                 loss = metrics.pop("nll_sum") / metrics.pop("response_tokens")
                 if tracker is not None:

@@ -183,7 +183,7 @@ class RLTrainer:
             aux_batches = {aux.name: aux.prepare(usable, step) for aux in self.aux_losses}
         self.sampler.sleep()  # (vLLM on a GPU) its memory is the actor's until the weights are pushed
         with timed(timing, "update"):
-            totals, n_updates = self._update(batch.samples, aux_batches, step)
+            totals, n_updates, computed = self._update(batch.samples, aux_batches, step)
         self._hook("after_update", batch, timing)  # e.g. the critic's regression
         self.sampler.update_weights(self.actor.weights())
 
@@ -200,6 +200,7 @@ class RLTrainer:
         for name, aux_batch in aux_batches.items():
             metrics.update({f"aux/{name}/{k}": v for k, v in aux_batch.metrics.items()})
         metrics["tokens/processed"] = self.rl.epochs * distributed.all_sum([sum(len(s.ids) for s in batch.samples)])[0]
+        metrics["tokens/computed"] = distributed.all_sum([computed])[0]  # what the update's forward passes ran
         metrics["tokens/response"] = float(n_tokens / self.rl.epochs)
         # Tokens per second of all ranks together (each rank's time: they work side by side).
         generated = distributed.all_sum([sum(len(s.response_ids) for t in trajectories for s in t.steps)])[0]
@@ -214,7 +215,7 @@ class RLTrainer:
         rl.old_logprobs: actor they become the PPO ratio's old log-probs (and the TIS weights)."""
         rl, temperature = self.rl, self.config.sampling.temperature or 1.0
         found = per_sample(batch.samples, rl.micro_batch_tokens, self.tokenizer.pad_token_id,
-                           lambda batches: self.actor.score_logprobs(batches, temperature))
+                           lambda batches: self.actor.score_logprobs(batches, temperature), rl.pack_prefixes)
         diffs, k3 = [], []
         for sample, actor_logp in zip(batch.samples, found):
             log_ratio = actor_logp.float().cpu() - torch.tensor(sample.old_logprobs)  # log p_actor / p_sampler
@@ -252,11 +253,13 @@ class RLTrainer:
             with timed(timing, component.name):
                 getattr(component, hook)(batch)
 
-    def _update(self, samples: list[TrainSample], aux_batches: dict, step: int) -> tuple[dict[str, float], int]:
+    def _update(self, samples: list[TrainSample], aux_batches: dict, step: int) -> tuple[dict[str, float], int, int]:
         """`rl.epochs` passes of mini-batch optimiser steps (the policy loss plus each auxiliary
-        loss's share); returns the summed actor metrics and the number of optimiser steps."""
+        loss's share); returns the summed actor metrics, the number of optimiser steps and the
+        tokens the policy loss's forward passes ran (packed rows count a shared prompt once)."""
         rl, pad = self.rl, self.tokenizer.pad_token_id
         totals: dict[str, float] = {}
+        computed = 0
         order = random.Random(step_seed(self.config.seed, step, "shuffle"))
         n_chunks = -(-int(distributed.all_sum([len(samples)])[0]) // rl.mini_batch_size)
         for _ in range(rl.epochs):
@@ -266,12 +269,15 @@ class RLTrainer:
                 weights = aggregation_weights(lengths, rl.loss_agg, distributed.all_sum([sum(lengths), len(lengths)]))
                 for s, w in zip(chunk, weights):
                     s.weight = [w] * s.n_targets
-                parts = [(micro_batches(chunk, rl.micro_batch_tokens, pad), self._policy_loss())] if chunk else []
+                parts = [(micro_batches(chunk, rl.micro_batch_tokens, pad, rl.pack_prefixes), self._policy_loss())
+                         ] if chunk else []
+                computed += sum(b.n_computed for batches, _ in parts for b in batches)
                 for aux in self.aux_losses:
                     share = aux_batches[aux.name].samples[k::n_chunks]
                     aux_tokens = distributed.all_sum([sum(s.n_targets for s in share)])[0]
                     if share:
-                        parts.append((micro_batches(share, rl.micro_batch_tokens, pad), self._aux_loss(aux, aux_tokens)))
+                        parts.append((micro_batches(share, rl.micro_batch_tokens, pad, rl.pack_prefixes),
+                                      self._aux_loss(aux, aux_tokens)))
                 result = self.actor.optimizer_step(parts)
                 self._skipped_in_a_row = self._skipped_in_a_row + 1 if result["skipped_updates"] else 0
                 if self._skipped_in_a_row >= rl.max_skipped_updates:
@@ -281,7 +287,7 @@ class RLTrainer:
                                    f"checkpoint")
                 for key, value in result.items():
                     totals[key] = totals.get(key, 0.0) + value
-        return totals, max(1, rl.epochs * n_chunks)
+        return totals, max(1, rl.epochs * n_chunks), computed
 
     def _policy_loss(self):
         rl, temperature = self.rl, self.config.sampling.temperature or 1.0
@@ -423,14 +429,15 @@ def build_components(ctx: Context) -> tuple[list[Component], list]:
         if getattr(rl.actor, "lora", None) is None:
             reference = load_model(ctx.model_path, config.model.dtype).eval().requires_grad_(False)
         components.append(ReferenceLogprobs(reference, ctx.policy, temperature, rl.micro_batch_tokens,
-                                            ctx.tokenizer.pad_token_id))
+                                            ctx.tokenizer.pad_token_id, rl.pack_prefixes))
         if rl.kl_in_reward:
             components.append(KLRewardPenalty(rl.kl_coef, rl.kl_estimator))
     extra = ADVANTAGES.entry(rl.advantage.type).components
     if extra is not None:
         components += extra(rl.advantage, ctx)
     if rl.nthr is not None:
-        components.append(NTHR(ctx.policy, rl.nthr, temperature, ctx.tokenizer.pad_token_id, rl.micro_batch_tokens))
+        components.append(NTHR(ctx.policy, rl.nthr, temperature, ctx.tokenizer.pad_token_id, rl.micro_batch_tokens,
+                               rl.pack_prefixes))
     if rl.coupling_every:
         components.append(CouplingLab(ctx.policy, ctx.tokenizer, rl.coupling_every, rl.coupling_pairs,
                                       rl.coupling_lr, config.seed))

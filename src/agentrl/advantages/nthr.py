@@ -46,16 +46,18 @@ def nthr_token_weights(h_pos, y_pos, h_neg, y_neg, head_weight, temperature: flo
 
 
 @torch.no_grad()
-def token_hidden(model, samples, pad_id: int, token_budget: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def token_hidden(model, samples, pad_id: int, token_budget: int, pack: bool = False
+                 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(hidden (n, H), targets (n,)) of every sample's trained tokens, in the samples' order."""
-    hidden = per_sample(samples, token_budget, pad_id, lambda batches: [trained_hidden(model, b).float() for b in batches])
+    hidden = per_sample(samples, token_budget, pad_id, lambda batches: [trained_hidden(model, b).float() for b in batches],
+                        pack)
     return [(h, torch.tensor(s.ids)[1:][torch.tensor(s.mask)[1:]].to(h.device)) for h, s in zip(hidden, samples)]
 
 
 def apply_nthr(model, samples, group_ids: list[int], config, temperature: float, pad_id: int,
-               token_budget: int) -> dict[str, float]:
+               token_budget: int, pack: bool = False) -> dict[str, float]:
     """Rescale the per-token `advantages` of the negative samples in place."""
-    features = token_hidden(model, samples, pad_id, token_budget)
+    features = token_hidden(model, samples, pad_id, token_budget, pack)
     head = model.get_output_embeddings().weight.detach().float()
     groups: dict[int, list[int]] = {}
     for i, g in enumerate(group_ids):
@@ -89,11 +91,11 @@ class NTHR(Component):
 
     name = "nthr"
 
-    def __init__(self, policy, config, temperature: float, pad_id: int, token_budget: int):
+    def __init__(self, policy, config, temperature: float, pad_id: int, token_budget: int, pack: bool = False):
         self.policy, self.config = policy, config
-        self.temperature, self.pad_id, self.token_budget = temperature, pad_id, token_budget
+        self.temperature, self.pad_id, self.token_budget, self.pack = temperature, pad_id, token_budget, pack
 
     def shape(self, batch: StepBatch) -> None:
         group_ids = [t.group_id for t in batch.trajectories for _ in t.steps]
         batch.metrics.update(apply_nthr(self.policy, batch.samples, group_ids, self.config, self.temperature,
-                                        self.pad_id, self.token_budget))
+                                        self.pad_id, self.token_budget, self.pack))

@@ -17,9 +17,9 @@ class ReferenceLogprobs(Component):
 
     name = "ref"
 
-    def __init__(self, reference, policy, temperature: float, token_budget: int, pad_id: int):
+    def __init__(self, reference, policy, temperature: float, token_budget: int, pad_id: int, pack: bool = False):
         self.reference, self.policy = reference, policy
-        self.temperature, self.token_budget, self.pad_id = temperature, token_budget, pad_id
+        self.temperature, self.token_budget, self.pad_id, self.pack = temperature, token_budget, pad_id, pack
 
     @torch.no_grad()
     def score(self, batch: StepBatch) -> None:
@@ -29,7 +29,8 @@ class ReferenceLogprobs(Component):
             with self.policy.disable_adapter():
                 return response_logprobs(self.policy, tokens, self.temperature)[0]
 
-        found = per_sample(batch.samples, self.token_budget, self.pad_id, lambda batches: [logprobs(b) for b in batches])
+        found = per_sample(batch.samples, self.token_budget, self.pad_id, lambda batches: [logprobs(b) for b in batches],
+                           self.pack)
         for s, logp in zip(batch.samples, found):
             s.ref_logprobs = logp.tolist()
 
