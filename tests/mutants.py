@@ -249,7 +249,7 @@ MUTANTS = [
            "return examples if result.success or detoured or keep_failed else []",
            "return examples if result.success or detoured else []", TESTBED),
     Mutant("testbed: the random demonstrator takes the fitting key", "src/agentrl/envs/testbed/env.py",
-           'random.Random(f"testbed-expert:{task_id}").choice(keys)', "self.corridor.goal", TESTBED),
+           'random.Random(f"testbed-expert:{task_id}").choice(keys) if noisy', "self.corridor.goal if noisy", TESTBED),
     Mutant("testbed report: a pair written baseline - method is not turned round", "benchmarks/testbed_table.py",
            '"difference": -row["difference"]', '"difference": row["difference"]', ["test_readme_tables.py"]),
     Mutant("readme tables: a CSV table keeps every row", "benchmarks/readme_tables.py",

@@ -106,8 +106,9 @@ def test_random_play_is_well_formed():
 
 
 def test_a_random_key_demonstrator_is_imitated_mistakes_included(tmp_path):
-    """`expert_key: random`: the demonstrations take each key about equally often and reach the
-    chest either way; its failed episodes reach the SFT data only with `sft.keep_failed`."""
+    """`expert_key_noise: 1`: the demonstrations take each key about equally often and reach the
+    chest either way; its failed episodes reach the SFT data only with `sft.keep_failed`. At 0.5,
+    half the tasks' demonstrations are the expert's."""
     import json
     from collections import Counter
 
@@ -115,7 +116,7 @@ def test_a_random_key_demonstrator_is_imitated_mistakes_included(tmp_path):
     from agentrl.data import collect_expert_data
     from agentrl.prompting import parse_action
 
-    env = testbed.TestbedEnv(key_choices=4, expert_key="random")
+    env = testbed.TestbedEnv(key_choices=4, expert_key_noise=1.0)
     outcomes = Counter()
     for task_id in env.split_tasks("train")[:200]:
         result, steps = play(env, task_id, lambda obs: env.expert_action()[1])
@@ -138,3 +139,6 @@ def test_a_random_key_demonstrator_is_imitated_mistakes_included(tmp_path):
     goal = testbed.TestbedEnv(key_choices=4)
     for task_id in goal.split_tasks("train")[:50]:
         assert play(goal, task_id, lambda obs: goal.expert_action()[1])[0].success
+    half = testbed.TestbedEnv(key_choices=4, expert_key_noise=0.5)
+    wins = sum(play(half, t, lambda obs: half.expert_action()[1])[0].success for t in half.split_tasks("train")[:400])
+    assert 0.5 + 0.5 / 4 - 0.08 < wins / 400 < 0.5 + 0.5 / 4 + 0.08

@@ -687,7 +687,7 @@ class SFTConfig(Section):
     state (household, testbed); a fixed-path expert stops at the first detour it cannot undo."""
     keep_failed: bool = False
     """Keep the examples of expert episodes that fail (false: successful ones only): imitating a
-    demonstrator that is not always right, mistakes included (the testbed's `expert_key: random`)."""
+    demonstrator that is not always right, mistakes included (the testbed's `expert_key_noise`)."""
     epochs: int = Field(3, ge=1)
     """Passes over the SFT data."""
     batch_size: int = Field(32, ge=1)

@@ -55,10 +55,10 @@ class TestbedConfig(Section):
     """Rooms between the key room and the chest room: how long the decisive action waits for its reward."""
     slack: int = Field(4, ge=0)
     """Steps allowed beyond the shortest solution."""
-    expert_key: Literal["goal", "random"] = "goal"
-    """The key the expert's demonstrations take: the chest's (`goal`), or one at random per task
-    (`random`: a demonstrator that does not know which key fits, so a cold start imitating it,
-    failures kept with `sft.keep_failed`, picks keys at random and matching the chest is left to RL)."""
+    expert_key_noise: float = Field(0.0, ge=0, le=1)
+    """Share of tasks whose demonstration takes a key at random instead of the chest's (1: a
+    demonstrator that never knows which key fits). A cold start imitating it, its failures kept
+    with `sft.keep_failed`, picks wrong keys as often, and matching the chest is left to RL."""
     l2_extra_rooms: int = Field(2, ge=0)
     """L2's corridors are this much longer than the others."""
     train_size: int = Field(5000, ge=1)
@@ -120,8 +120,8 @@ class TestbedEnv:
         self.corridor = make_corridor(self.config, task_id)
         self.room, self.dead_end, self.key, self.steps = 0, False, None, 0
         keys = self.corridor.keys
-        random_key = self.config.expert_key == "random" and keys
-        self.demonstrated_key = random.Random(f"testbed-expert:{task_id}").choice(keys) if random_key else None
+        noisy = keys and random.Random(f"testbed-expert-noise:{task_id}").random() < self.config.expert_key_noise
+        self.demonstrated_key = random.Random(f"testbed-expert:{task_id}").choice(keys) if noisy else None
         self.limit = len(self.corridor.rooms) + self.config.slack + 1
         return self._observation()
 
@@ -200,8 +200,8 @@ class TestbedEnv:
 
     # --- expert ------------------------------------------------------------------------------
     def expert_action(self) -> tuple[str, str]:
-        """The demonstrator's move: the shortest way (with `expert_key: random`, to the chest with
-        the key it picked, which may not fit)."""
+        """The demonstrator's move: the shortest way (on a task where `expert_key_noise` struck, to
+        the chest with the key it picked at random, which may not fit)."""
         action = self._expert_action(self.demonstrated_key)
         if action is None:
             raise NoExpertMove("the agent holds the wrong key: the chest cannot be opened")
