@@ -297,6 +297,10 @@ MUTANTS = [
            "torch.arange(size, size + len(suffix))", "torch.arange(len(suffix))", PACKING),
     Mutant("packing: a response's first token predicted from its own column", "src/agentrl/actor/batch.py",
            "(size - 1 if t == size else column[t - 1])", "(at if t == size else column[t - 1])", PACKING),
+    Mutant("hf sampler: a shared prefill's cache handed to the wrong samples", "src/agentrl/sampler/hf.py",
+           "[slot[row] for row in first]", "sorted(slot[row] for row in first)", ["test_actor.py"]),
+    Mutant("hf sampler: a shared prefill numbers left-padded positions from the padding", "src/agentrl/sampler/hf.py",
+           "position_ids=positions, past_key_values=cache", "past_key_values=cache", ["test_actor.py"]),
     # --- provenance --------------------------------------------------------------------------------
     Mutant("provenance: a redone RL keeps the stale run's checkpoints", "src/agentrl/pipeline.py",
            "            shutil.rmtree(rl_dir, ignore_errors=True)  # steps taken with other settings\n", "", ["test_plugins.py"]),

@@ -161,3 +161,27 @@ def test_bf16_weights_learn_through_fp32_master_weights_and_resume_exactly(tiny_
     actor = reloaded
     step()
     assert all(torch.equal(a, m) for a, m in zip(after, actor.master))  # the fp32 state, not the bf16 weights
+
+
+def test_shared_prefill_generates_what_separate_prefills_generate(tiny_model_dir):
+    """Identical prompts prefilled once: every sample gets the tokens and log-probs it gets when
+    each prompt is prefilled on its own (sampled and greedy), and fewer prompt tokens are run."""
+    tokenizer, model = load_tokenizer(tiny_model_dir), load_model(tiny_model_dir)
+    a = tokenizer("Task: put a apple in shelf.\nObservation: You arrive at desk 1.").input_ids
+    b = tokenizer("Actions: go to desk 1, look").input_ids
+    prompts = [a, b, a, a, b, a[:7], a]
+    embedded = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda m, i, o: embedded.append(i[0].numel()))
+    for temperature in (1.0, 0.0):
+        out, runs = {}, {}
+        for share in (False, True):
+            torch.manual_seed(0)
+            embedded.clear()
+            out[share] = HFSampler(model, tokenizer, share).generate(prompts, SamplingConfig(temperature=temperature,
+                                                                                             max_new_tokens=12))
+            runs[share] = sum(embedded)
+        for plain, shared in zip(out[False], out[True]):
+            assert shared.token_ids == plain.token_ids
+            torch.testing.assert_close(torch.tensor(shared.logprobs), torch.tensor(plain.logprobs), atol=1e-5, rtol=0)
+        assert runs[True] <= runs[False] - 4 * (len(a) - 1)  # a's 3 repeats and b's 1, minus the last token
+    hook.remove()

@@ -366,6 +366,10 @@ class HFSamplerConfig(Section):
 
     type: Literal["hf"] = "hf"
     """What generates the rollouts: hf, or vllm."""
+    share_prefill: bool = True
+    """Identical prompts of a generation batch are prefilled once and their key-value cache shared
+    (the same tokens and log-probs up to float summation order). vLLM does this itself (prefix
+    caching, on)."""
 
 
 class VLLMSamplerConfig(Section):

@@ -12,7 +12,7 @@ from agentrl.registry import SAMPLERS
 @SAMPLERS.register("hf", HFSamplerConfig)
 def hf(config, model_path, policy, tokenizer, run):
     from agentrl.sampler.hf import HFSampler
-    return HFSampler(policy(), tokenizer)
+    return HFSampler(policy(), tokenizer, config.share_prefill)
 
 
 @SAMPLERS.register("vllm", VLLMSamplerConfig)

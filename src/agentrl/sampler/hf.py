@@ -5,16 +5,21 @@ from __future__ import annotations
 from typing import Iterable
 
 import torch
+from transformers import DynamicCache
 
 from agentrl.distributed import model_device
 from agentrl.sampler.base import Generation
 
 
 class HFSampler:
-    def __init__(self, model, tokenizer):
+    def __init__(self, model, tokenizer, share_prefill: bool = True):
+        """`share_prefill`: identical prompts of a batch are prefilled once, their key-value cache
+        copied to each of their samples (the rollouts of a group see the same first observation,
+        and states recur), then `generate` continues from it."""
         self.model = model
         self.pad_id = tokenizer.pad_token_id
         self.eos_id = tokenizer.eos_token_id
+        self.share_prefill = share_prefill
 
     def sleep(self) -> None:
         """Nothing to release: the model is the actor's own, or a plain copy."""
@@ -40,8 +45,10 @@ class HFSampler:
         was_training = self.model.training
         self.model.eval()
         device = model_device(self.model)
+        input_ids, attention = input_ids.to(device), attention.to(device)
+        cache = self._shared_prefill(prompts, input_ids, attention) if self.share_prefill else None
         out = self.model.generate(
-            input_ids=input_ids.to(device), attention_mask=attention.to(device), do_sample=not greedy,
+            input_ids=input_ids, attention_mask=attention, past_key_values=cache, do_sample=not greedy,
             temperature=None if greedy else params.temperature, top_p=None if greedy else params.top_p,
             top_k=0 if not greedy else None, max_new_tokens=params.max_new_tokens,
             eos_token_id=self.eos_id, pad_token_id=self.pad_id,
@@ -61,3 +68,19 @@ class HFSampler:
             length = ids.index(self.eos_id) + 1 if self.eos_id in ids else len(ids)
             results.append(Generation(ids[:length], logprobs[row, :length].tolist()))
         return results
+
+    def _shared_prefill(self, prompts, input_ids, attention):
+        """The key-value cache of every prompt but its last token, each distinct prompt computed
+        once (None when all are distinct): `generate` then runs only the last token of each."""
+        distinct: dict[tuple[int, ...], int] = {}
+        first = [distinct.setdefault(tuple(p), row) for row, p in enumerate(prompts)]
+        if len(distinct) == len(prompts) or input_ids.shape[1] < 2:
+            return None
+        rows = torch.tensor(list(distinct.values()), device=input_ids.device)
+        ids, mask = input_ids[rows, :-1], attention[rows, :-1]  # (U, L - 1), left-padded
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate numbers left-padded rows
+        cache = DynamicCache(config=self.model.config)
+        self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
+        slot = {row: k for k, row in enumerate(distinct.values())}
+        cache.reorder_cache(torch.tensor([slot[row] for row in first], device=input_ids.device))
+        return cache
