@@ -8,11 +8,12 @@ no loss of the batch uses it.
 
 Prefix packing (`pack=True`): one environment step is one sample, so the samples of a task
 group repeat the same prompt again and again. Samples whose tokens before their first trained
-token (their prefix: the prompt) are identical share one row: the prefix once, then each
-sample's suffix, every suffix continuing the prefix's positions and attending to the prefix and
-to itself only (a 4-D mask of the packed tree, as in Prefix Grouper and Tree Training). The
-prefix's activations are computed once and receive the gradients of every suffix; each trained
-token's log-prob is the one the unpacked batch gives (up to float summation order).
+token (their prefix: the prompt) are identical form a tree: the prefix once, then each sample's
+suffix, every suffix continuing the prefix's positions and attending to the prefix and to itself
+only (a 4-D mask, as in Prefix Grouper and Tree Training). Trees are placed side by side in rows
+of up to `ROW_TOKENS` tokens, so rows are full and little is padding. The prefix's activations
+are computed once and receive the gradients of every suffix; each trained token's log-prob is the
+one the unpacked batch gives (up to float summation order).
 """
 
 from __future__ import annotations
@@ -76,8 +77,10 @@ class TokenBatch(TokenFields):
     """(N,) the sample (its place in the batch's order) of each trained token."""
     position_ids: torch.Tensor | None = None
     """(B, L) packed rows only: each suffix continues its prefix's positions."""
+    tree: torch.Tensor | None = None
+    """(B, L) packed rows only: the prefix tree of the row each token belongs to (-1: padding)."""
     branch: torch.Tensor | None = None
-    """(B, L) packed rows only: 0 on the shared prefix, k on the row's k-th suffix, -1 on padding."""
+    """(B, L) packed rows only: 0 on a tree's shared prefix, k on the row's k-th suffix, -1 on padding."""
     predict: torch.Tensor | None = None
     """(N,) packed rows only: the flat position (row x L + column) whose hidden state predicts
     each trained token (a suffix's first token is predicted by the prefix's last)."""
@@ -100,16 +103,18 @@ class TokenBatch(TokenFields):
         return tuple(getattr(self, name) for name in LAYOUT)
 
 
-LAYOUT = ("input_ids", "attention_mask", "mask", "sample_index", "position_ids", "branch", "predict")
+LAYOUT = ("input_ids", "attention_mask", "mask", "sample_index", "position_ids", "tree", "branch", "predict")
 
 
-def packed_attention(branch: torch.Tensor) -> torch.Tensor:
-    """(B, 1, L, L) bool, True where a query may attend a key: causal, within its row, to the
-    prefix and to its own suffix (a padding query sees the prefix, so no row is empty)."""
+def packed_attention(tree: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
+    """(B, 1, L, L) bool, True where a query may attend a key: causal, within its tree, to the
+    tree's prefix and to its own suffix (a padding query sees itself, so no row of the mask is empty)."""
     length = branch.shape[1]
     causal = torch.ones(length, length, dtype=torch.bool, device=branch.device).tril()
+    same_tree = (tree[:, :, None] == tree[:, None, :]) & (tree[:, None, :] >= 0)
     query, key = branch[:, :, None], branch[:, None, :]
-    return (causal & (key >= 0) & ((key == 0) | (key == query)))[:, None]
+    itself = torch.eye(length, dtype=torch.bool, device=branch.device)
+    return ((causal & same_tree & ((key == 0) | (key == query))) | itself)[:, None]
 
 
 def collate(samples: list[TrainSample], pad_id: int = 0) -> TokenBatch:
@@ -146,60 +151,84 @@ def prefix_length(sample: TrainSample) -> int:
     return next((t for t in range(1, len(sample.ids)) if sample.mask[t]), len(sample.ids))
 
 
+def trees(row: list[TrainSample]) -> list[list[TrainSample]]:
+    """The row's runs of consecutive samples with the same prefix: each is computed as one tree."""
+    runs: list[list[TrainSample]] = []
+    for s in row:
+        if runs and s.ids[:prefix_length(s)] == runs[-1][0].ids[:prefix_length(runs[-1][0])]:
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    return runs
+
+
+def row_length(row: list[TrainSample]) -> int:
+    return sum(prefix_length(tree[0]) + sum(len(s.ids) - prefix_length(s) for s in tree) for tree in trees(row))
+
+
 def collate_rows(rows: list[list[TrainSample]], pad_id: int = 0) -> TokenBatch:
-    """One packed batch: each row is samples with the same prefix (its tokens once, then each
-    sample's suffix). The trained tokens and per-token fields are in the order of the rows'
-    samples, as `collate` of those samples would give them."""
+    """One packed batch: in each row, every run of samples with the same prefix is one tree (the
+    prefix's tokens once, then each sample's suffix), trees side by side. The trained tokens and
+    per-token fields are in the order of the rows' samples, as `collate` of them gives them."""
     width = max(row_length(row) for row in rows)
     shape = (len(rows), width)
     input_ids = torch.full(shape, pad_id, dtype=torch.long)
     attention, mask = torch.zeros(shape, dtype=torch.long), torch.zeros(shape, dtype=torch.bool)
-    positions, branch = torch.zeros(shape, dtype=torch.long), torch.full(shape, -1, dtype=torch.long)
+    positions, tree_of = torch.zeros(shape, dtype=torch.long), torch.full(shape, -1, dtype=torch.long)
+    branch = torch.full(shape, -1, dtype=torch.long)
     predict = []
     for r, row in enumerate(rows):
-        size = prefix_length(row[0])
-        prefix = row[0].ids[:size]
-        input_ids[r, :size], positions[r, :size], branch[r, :size] = torch.tensor(prefix), torch.arange(size), 0
-        at = size  # the next free column of the row
-        for k, s in enumerate(row, 1):
-            if s.ids[:size] != prefix or prefix_length(s) != size:
-                raise ValueError("collate_rows: a row's samples must share their prefix")
-            suffix = s.ids[size:]
-            columns = slice(at, at + len(suffix))
-            input_ids[r, columns], positions[r, columns] = torch.tensor(suffix), torch.arange(size, size + len(suffix))
-            branch[r, columns], mask[r, columns] = k, torch.tensor(s.mask[size:])
-            # Token t of the sample is predicted at t - 1: the prefix's last column for t == size.
-            column = {t: at + t - size for t in range(size, len(s.ids))}
-            predict += [r * width + (size - 1 if t == size else column[t - 1]) for t in range(size, len(s.ids)) if s.mask[t]]
-            at += len(suffix)
+        at, k = 0, 0  # the next free column of the row; the row's last suffix number
+        for j, tree in enumerate(trees(row)):
+            size = prefix_length(tree[0])
+            start = at
+            columns = slice(at, at + size)
+            input_ids[r, columns], positions[r, columns] = torch.tensor(tree[0].ids[:size]), torch.arange(size)
+            tree_of[r, columns], branch[r, columns] = j, 0
+            at += size
+            for s in tree:
+                k += 1
+                suffix = s.ids[size:]
+                columns = slice(at, at + len(suffix))
+                input_ids[r, columns], positions[r, columns] = torch.tensor(suffix), torch.arange(size, len(s.ids))
+                tree_of[r, columns], branch[r, columns], mask[r, columns] = j, k, torch.tensor(s.mask[size:])
+                # Token t of the sample is predicted at t - 1: the prefix's last column for t == size.
+                predict += [r * width + (start + size - 1 if t == size else at + t - 1 - size)
+                            for t in range(size, len(s.ids)) if s.mask[t]]
+                at += len(suffix)
         attention[r, :at] = 1
     samples = [s for row in rows for s in row]
-    return TokenBatch(input_ids, attention, mask, position_ids=positions, branch=branch,
+    return TokenBatch(input_ids, attention, mask, position_ids=positions, tree=tree_of, branch=branch,
                       predict=torch.tensor(predict, dtype=torch.long), **_fields(samples))
 
 
 def prefix_rows(samples: list[TrainSample], max_row: int) -> list[list[TrainSample]]:
-    """Samples grouped by prefix (in order of first appearance), each group cut into rows of at
-    most `max_row` tokens (a row holds at least one sample)."""
+    """Samples grouped by prefix into trees (a tree longer than `max_row` tokens cut into several),
+    the trees placed into rows of at most `max_row` tokens, largest first, each into the first row
+    with room (first-fit decreasing), so rows are full and padding is small. A tree longer than
+    `max_row` on its own (one long sample) gets a row of its own."""
     groups: dict[tuple[int, ...], list[TrainSample]] = {}
     for s in samples:
         groups.setdefault(tuple(s.ids[:prefix_length(s)]), []).append(s)
-    rows = []
+    cut: list[tuple[int, list[TrainSample]]] = []  # (tokens, samples) of each tree
     for prefix, members in groups.items():
-        row, length = [], len(prefix)
+        tree, length = [], len(prefix)
         for s in members:
             extra = len(s.ids) - len(prefix)
-            if row and length + extra > max_row:
-                rows.append(row)
-                row, length = [], len(prefix)
-            row.append(s)
+            if tree and length + extra > max_row:
+                cut.append((length, tree))
+                tree, length = [], len(prefix)
+            tree.append(s)
             length += extra
-        rows.append(row)
-    return rows
-
-
-def row_length(row: list[TrainSample]) -> int:
-    return prefix_length(row[0]) + sum(len(s.ids) - prefix_length(s) for s in row)
+        cut.append((length, tree))
+    rows: list[tuple[int, list[TrainSample]]] = []
+    for length, tree in sorted(cut, key=lambda item: item[0], reverse=True):
+        fit = next((i for i, (used, _) in enumerate(rows) if used + length <= max_row), None)
+        if fit is None:
+            rows.append((length, list(tree)))
+        else:
+            rows[fit] = (rows[fit][0] + length, rows[fit][1] + tree)
+    return [row for _, row in rows]
 
 
 def budget_chunks(items: Iterable[T], token_budget: int, length: Callable[[T], int] = lambda s: len(s.ids)
@@ -217,9 +246,9 @@ def budget_chunks(items: Iterable[T], token_budget: int, length: Callable[[T], i
         yield current
 
 
-# A packed row's attention is dense over the row (quadratic in its length), so rows stop here:
-# a prompt shared by more samples than fit starts another row.
-MAX_ROW_TOKENS = 2048
+# A packed row's attention is dense over the row (quadratic in its length): rows are filled up to
+# here, where attention's cost per token on a small model nears the rest of the layer's.
+ROW_TOKENS = 1024
 
 
 def _chunks(samples: list[TrainSample], token_budget: int, pad_id: int, pack: bool
@@ -228,7 +257,7 @@ def _chunks(samples: list[TrainSample], token_budget: int, pad_id: int, pack: bo
     padded tokens, longest rows first; with `pack`, samples sharing a prefix share rows."""
     if not pack:
         return [(chunk, collate(chunk, pad_id)) for chunk in budget_chunks(samples, token_budget)]
-    rows = prefix_rows(samples, min(token_budget, MAX_ROW_TOKENS))
+    rows = prefix_rows(samples, min(token_budget, ROW_TOKENS))
     return [([s for row in chunk for s in row], collate_rows(chunk, pad_id))
             for chunk in budget_chunks(rows, token_budget, length=row_length)]
 

@@ -19,7 +19,7 @@ def trained_hidden(model, batch: TokenBatch) -> torch.Tensor:
     batch = batch.to(model_device(model))
     attention = batch.attention_mask
     if batch.branch is not None:  # packed rows: the tree's own 4-D mask
-        attention = packed_attention(batch.branch)
+        attention = packed_attention(batch.tree, batch.branch)
         implementation = model.config._attn_implementation
         if implementation == "eager":
             attention = torch.zeros(attention.shape, dtype=model.dtype, device=attention.device
