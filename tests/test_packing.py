@@ -92,7 +92,8 @@ def test_a_suffix_never_sees_another_suffix(tiny_model_dir):
 
 def test_rl_steps_packed_and_unpacked_end_with_the_same_weights(tiny_model_dir, tmp_path):
     """3 RL steps (update, sampler check, KL reference all packed) against the same steps
-    unpacked: the same episodes, the same weights within 1e-5, and the update runs fewer tokens.
+    unpacked: the same episodes, the same weights (within 1% of what AdamW can move them), and the
+    update runs fewer tokens.
     (An entropy bonus gives every update a real gradient: with none, as when no episode of a
     random model succeeds, AdamW would turn float noise of either run into full-size steps.)"""
     from safetensors.torch import load_file
@@ -109,8 +110,10 @@ def test_rl_steps_packed_and_unpacked_end_with_the_same_weights(tiny_model_dir, 
         runs[pack] = (load_file(list_checkpoints(tmp_path / str(pack))[-1] / "model" / "model.safetensors"),
                       read_metrics(tmp_path / str(pack) / "logs" / "metrics.jsonl"))
     (packed, packed_rows), (plain, plain_rows) = runs[True], runs[False]
+    # AdamW moves a weight by up to lr per step whatever its gradient's size, so float noise in a
+    # near-zero gradient can move it by a fraction of lr: allow 1% of the 3 steps' reach (3e-5).
     for name, weight in plain.items():
-        torch.testing.assert_close(packed[name], weight, atol=1e-5, rtol=0, msg=name)
+        torch.testing.assert_close(packed[name], weight, atol=0.01 * 1e-3 * 3, rtol=0, msg=name)
     for p, q in zip(packed_rows, plain_rows):
         assert p["tokens/processed"] == q["tokens/processed"] and p["rollout/length"] == q["rollout/length"]
         assert q["tokens/computed"] == q["tokens/processed"]  # unpacked: every sample's tokens
