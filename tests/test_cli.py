@@ -1,5 +1,6 @@
 import json
 import re
+import time
 
 import pytest
 import yaml
@@ -239,6 +240,7 @@ def test_a_resumed_phase_continues_its_weights_and_biases_run(tmp_path, monkeypa
         return tracker.wandb.id
 
     first = start(0, [1, 2])
+    time.sleep(1.1)  # W&B names an offline run's folder by the second it started: two, not one
     assert start(2, [3, 4]) == first  # resumed: the same run continued
     files = sorted((logs / "wandb").glob(f"offline-run-*-{first}/run-{first}.wandb"))
     assert len(files) == 2
