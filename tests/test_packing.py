@@ -68,6 +68,7 @@ def test_packed_equals_unpacked(tiny_model_dir, budget):
 
 def test_packed_rows_respect_the_budget_and_keep_sample_order(tiny_model_dir):
     samples = step_samples(1)
+    assert micro_batches([], 60, pack=True) == []  # a step whose episodes all aborted
     for budget in (40, 60, 10**6):
         batches = micro_batches(samples, budget, pack=True)
         assert all(b.input_ids.numel() <= max(budget, max(len(s.ids) for s in samples)) for b in batches)

@@ -257,7 +257,7 @@ def _chunks(samples: list[TrainSample], token_budget: int, pad_id: int, pack: bo
             ) -> list[tuple[list[TrainSample], TokenBatch]]:
     """(the samples of a micro-batch in its token order, the micro-batch) within `token_budget`
     padded tokens, longest rows first; with `pack`, samples sharing a prefix share rows."""
-    if not pack:
+    if not pack or not samples:
         return [(chunk, collate(chunk, pad_id)) for chunk in budget_chunks(samples, token_budget)]
     rows = prefix_rows(samples, min(token_budget, max(ROW_TOKENS, 2 * max(len(s.ids) for s in samples))))
     return [([s for row in chunk for s in row], collate_rows(chunk, pad_id))
