@@ -11,9 +11,9 @@ group repeat the same prompt again and again. Samples whose tokens before their 
 token (their prefix: the prompt) are identical form a tree: the prefix once, then each sample's
 suffix, every suffix continuing the prefix's positions and attending to the prefix and to itself
 only (a 4-D mask, as in Prefix Grouper and Tree Training). Trees are placed side by side in rows
-of up to `ROW_TOKENS` tokens (or twice the longest sample), so rows are full and little is padding. The prefix's activations
-are computed once and receive the gradients of every suffix; each trained token's log-prob is the
-one the unpacked batch gives (up to float summation order).
+of up to `ROW_TOKENS` tokens (or twice the longest sample), so rows are full and little is
+padding. The prefix's activations are computed once and receive the gradients of every suffix;
+each trained token's log-prob is the one the unpacked batch gives (up to float summation order).
 """
 
 from __future__ import annotations
