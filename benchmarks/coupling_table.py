@@ -27,11 +27,13 @@ from pathlib import Path
 import torch
 
 from agentrl.analysis.coupling import Pair, gradient_similarity
-from agentrl.config import AlfWorldEnvConfig, HouseholdEnvConfig, PromptConfig
-from agentrl.data import _play
+from agentrl.config import PromptConfig
+from agentrl.data import play
 from agentrl.envs import make_env
+from agentrl.envs.alfworld.env import AlfWorldEnvConfig
 from agentrl.envs.alfworld.games import L2_TYPES, TASK_TYPES
 from agentrl.envs.base import sample_tasks
+from agentrl.envs.household.env import HouseholdEnvConfig
 from agentrl.gcd.labels import label_steps
 from agentrl.models import load_model, load_tokenizer
 
@@ -44,11 +46,11 @@ def agent_sets(env, n: int, seed: int) -> dict[str, list[Pair]]:
             if len(sets[f"pos_{domain}"]) >= n and len(sets[f"neg_{domain}"]) >= n:
                 break
             if len(sets[f"pos_{domain}"]) < n:
-                expert = _play(env, task, prompt, lambda obs: env.expert_action()[1])
+                expert = play(env, task, prompt, lambda obs: env.expert_action()[1])
                 sets[f"pos_{domain}"] += [Pair(s.prompt, s.action, True)
                                           for s in rng.sample(expert.steps, 1)]
             if len(sets[f"neg_{domain}"]) < n:
-                random_play = _play(env, task, prompt, lambda obs: rng.choice(obs.admissible_actions))
+                random_play = play(env, task, prompt, lambda obs: rng.choice(obs.admissible_actions))
                 bad = [x.step for x in label_steps([random_play], ["rules", "env"]) if not x.label]
                 sets[f"neg_{domain}"] += [Pair(s.prompt, s.action, False)
                                           for s in rng.sample(bad, min(1, len(bad)))]

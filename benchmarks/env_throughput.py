@@ -22,10 +22,14 @@ import random
 import time
 from pathlib import Path
 
-from agentrl.config import AlfWorldEnvConfig, EnvPoolConfig, HouseholdEnvConfig, ScienceWorldEnvConfig
-from agentrl.envs.base import sample_tasks
-from agentrl.envs.pool import EnvPool
 from results_csv import append_rows, commit
+
+from agentrl.config import EnvPoolConfig
+from agentrl.envs.alfworld.env import AlfWorldEnvConfig
+from agentrl.envs.base import sample_tasks
+from agentrl.envs.household.env import HouseholdEnvConfig
+from agentrl.envs.pool import EnvPool
+from agentrl.envs.scienceworld.env import ScienceWorldEnvConfig
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 CONFIGS = {

@@ -21,16 +21,18 @@ import tempfile
 from pathlib import Path
 
 import torch
+from memory_plan import resident_bytes
+from results_csv import append_rows, commit
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agentrl import distributed
-from agentrl.config import HouseholdEnvConfig, PromptConfig, TinyModelConfig, validate_config
+from agentrl.config import PromptConfig, TinyModelConfig
 from agentrl.envs import make_env
+from agentrl.envs.household.env import HouseholdEnvConfig
 from agentrl.models import init_tiny_model
 from agentrl.plan import KNOWN_MODELS
+from agentrl.recipe import validate_config
 from agentrl.trainer import RLTrainer
-from memory_plan import resident_bytes
-from results_csv import append_rows, commit
 
 SHAPES = {"tiny": dict(hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=2,
                        num_key_value_heads=1, vocab_size=1024, tie_word_embeddings=True),

@@ -1,6 +1,6 @@
-"""The README's results tables, written from the result files, never typed.
+"""The results tables of the README and the documentation pages, written from the result files, never typed.
 
-A table in README.md stands between two markers and is replaced by what the first one names: the
+A table in README.md or a page under docs/ stands between two markers and is replaced by what the first one names: the
 text of a Markdown file (a summary.md that `agentrl compare` or a benchmark wrote), or a table of a
 benchmark's CSV rows (`columns=` picks and orders the columns, each `where=column=value` keeps the
 matching rows), or of a JSON file's entries (`rows=KEY`: one row per top-level entry holding a KEY
@@ -76,19 +76,29 @@ def render(readme: str, root: Path = ROOT) -> tuple[str, list[str]]:
     return BLOCK.sub(fill, readme), stale
 
 
+def pages(root: Path = ROOT) -> list[Path]:
+    """The Markdown pages that may hold tables: the README and the documentation site's pages."""
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="only say which tables are stale")
-    parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the repository (result paths are relative to it)")
     args = parser.parse_args()
-    text, stale = render(args.readme.read_text(), args.readme.parent)
-    if args.check:
-        for name in stale:
-            print(f"{args.readme}: the table from {name} is stale (python benchmarks/readme_tables.py)")
-        return 1 if stale else 0
-    args.readme.write_text(text)
-    print(f"{len(stale)} table(s) rewritten" + (f": {', '.join(stale)}" if stale else ""))
-    return 0
+    stale_anywhere = 0
+    for page in pages(args.root):
+        if not page.is_file():
+            continue
+        text, stale = render(page.read_text(), args.root)
+        stale_anywhere += len(stale)
+        if args.check:
+            for name in stale:
+                print(f"{page}: the table from {name} is stale (python benchmarks/readme_tables.py)")
+        elif stale:
+            page.write_text(text)
+            print(f"{page}: {len(stale)} table(s) rewritten: {', '.join(stale)}")
+    return 1 if args.check and stale_anywhere else 0
 
 
 if __name__ == "__main__":

@@ -25,16 +25,19 @@ import time
 from pathlib import Path
 
 import torch
+from results_csv import append_rows, commit
 
-from agentrl.config import (AlfWorldEnvConfig, EnvPoolConfig, HouseholdEnvConfig, LatencyEnvConfig, PromptConfig,
-                            SamplingConfig, ScienceWorldEnvConfig, TinyModelConfig)
+from agentrl.config import EnvPoolConfig, PromptConfig, SamplingConfig, TinyModelConfig
 from agentrl.envs import make_env
+from agentrl.envs.alfworld.env import AlfWorldEnvConfig
 from agentrl.envs.base import sample_tasks
+from agentrl.envs.household.env import HouseholdEnvConfig
+from agentrl.envs.latency import LatencyEnvConfig
 from agentrl.envs.pool import EnvPool
+from agentrl.envs.scienceworld.env import ScienceWorldEnvConfig
 from agentrl.models import init_tiny_model, load_model, load_tokenizer
 from agentrl.rollout.collect import collect
 from agentrl.sampler.hf import HFSampler
-from results_csv import append_rows, commit
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 

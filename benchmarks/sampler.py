@@ -23,12 +23,13 @@ from pathlib import Path
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 import torch  # noqa: E402
+from results_csv import append_rows, commit  # noqa: E402
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
-from agentrl.config import SamplingConfig, VLLMSamplerConfig  # noqa: E402
+from agentrl.config import SamplingConfig  # noqa: E402
+from agentrl.sampler import VLLMSamplerConfig
 from agentrl.sampler.hf import HFSampler  # noqa: E402
 from agentrl.sampler.vllm import VLLMSampler  # noqa: E402
-from results_csv import append_rows, commit  # noqa: E402
 
 VOCAB = 32768
 

@@ -7,8 +7,9 @@ if not torch.cuda.is_available():
 
 import pytest
 
-from agentrl.config import HouseholdEnvConfig, PromptConfig, TinyModelConfig
+from agentrl.config import PromptConfig, TinyModelConfig
 from agentrl.envs import make_env
+from agentrl.envs.household.env import HouseholdEnvConfig
 from agentrl.models import init_tiny_model
 
 torch.set_num_threads(2)
@@ -89,10 +90,11 @@ def no_orphan_processes():
 def choice_model_dir(tiny_model_dir, tmp_path_factory):
     """The tiny model fine-tuned to answer the two-step task's prompts (tests/twostep.py) with
     either action, each about half the time: the start of every learning-direction test."""
+    from twostep import write_choice_data
+
     from agentrl.config import SFTConfig
     from agentrl.models import load_model, load_tokenizer
     from agentrl.sft import train_sft
-    from twostep import write_choice_data
 
     out = tmp_path_factory.mktemp("choice")
     write_choice_data(out / "data.jsonl")

@@ -312,6 +312,15 @@ MUTANTS = [
     Mutant("provenance: RL reused after an SFT change", "src/agentrl/pipeline.py",
            'upstream = {**plan["sft_settings"], "sft.fingerprint": folder_fingerprint(model_path)}',
            'upstream = {"sft.fingerprint": None}', ["test_plugins.py"]),
+    # --- documentation and built-ins as plugins ----------------------------------------------------
+    Mutant("docs: a config field without a docstring goes into the reference", "docs/gen_reference.py",
+           "if not field.description:", "if False:", ["test_docs.py"]),
+    Mutant("docs: the tables of the docs pages are never checked", "benchmarks/readme_tables.py",
+           'return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]', 'return [root / "README.md"]',
+           ["test_readme_tables.py"]),
+    Mutant("registry: a default section is the first entry's, not the named one's", "src/agentrl/registry.py",
+           "return self.config({self.key: name, **settings}, name)",
+           "return self.config({**settings}, self.names()[0])", ["test_config.py"]),
 ]
 
 

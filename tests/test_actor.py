@@ -3,10 +3,10 @@ import torch
 
 from agentrl.actor.batch import TrainSample, collate, micro_batches
 from agentrl.actor.single import SingleActor, response_logprobs
-from agentrl.config import OptimConfig, PPOClipConfig, SamplingConfig, SeqRatioConfig
-from agentrl.losses.policy import aggregation_weights, ppo_clip, seq_ratio
-from agentrl.registry import KL_ESTIMATORS
+from agentrl.config import OptimConfig, SamplingConfig
+from agentrl.losses.policy import PPOClipConfig, SeqRatioConfig, aggregation_weights, ppo_clip, seq_ratio
 from agentrl.models import load_model, load_tokenizer
+from agentrl.registry import KL_ESTIMATORS
 from agentrl.sampler.hf import HFSampler
 
 

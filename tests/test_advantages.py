@@ -3,7 +3,12 @@
 import pytest
 
 from agentrl.advantages import compute_advantages
-from agentrl.config import GAGPOConfig, GiGPOConfig, GRPOConfig, PPOConfig, RLOOConfig, RLVMRConfig
+from agentrl.advantages.gagpo import GAGPOConfig
+from agentrl.advantages.gigpo import GiGPOConfig
+from agentrl.advantages.grpo import GRPOConfig
+from agentrl.advantages.ppo import PPOConfig
+from agentrl.advantages.rloo import RLOOConfig
+from agentrl.advantages.rlvmr import RLVMRConfig
 from agentrl.rollout.types import StepSample, Trajectory
 
 

@@ -3,20 +3,25 @@ import random
 
 import pytest
 import torch
+from conftest import COMPACT
 
 from agentrl.analysis.behaviour import repetition_stats
-from agentrl.rollout.records import read_trajectories
-from agentrl.analysis.coupling import (Pair, gradient_similarity, influence_gap, one_step_influence,
-                                       representation_separation)
+from agentrl.analysis.coupling import (
+    Pair,
+    gradient_similarity,
+    influence_gap,
+    one_step_influence,
+    representation_separation,
+)
 from agentrl.cli import main
-from agentrl.config import HouseholdEnvConfig, PromptConfig
-from agentrl.data import _play
+from agentrl.config import PromptConfig
+from agentrl.data import play
 from agentrl.envs import make_env
 from agentrl.envs.base import sample_tasks
+from agentrl.envs.household.env import HouseholdEnvConfig
 from agentrl.models import load_model, load_tokenizer
+from agentrl.rollout.records import read_trajectories
 from agentrl.rollout.types import StepSample, Trajectory
-
-from conftest import COMPACT
 
 PAIRS = [Pair("Task: put a mug in desk.", "<action>go to desk 1</action>", True),
          Pair("Task: heat an egg.", "<action>go to microwave 1</action>", True),
@@ -60,7 +65,7 @@ def test_analyze_cli_on_recorded_trajectories(tiny_model_dir, tmp_path):
     rows = []
     for i, task in enumerate(sample_tasks(env, "train", 6, rng)):
         policy = (lambda obs: env.expert_action()[1]) if i % 2 else (lambda obs: rng.choice(obs.admissible_actions))
-        t = _play(env, task, prompt, policy)
+        t = play(env, task, prompt, policy)
         rows.append({"task_id": t.task_id, "task_type": t.task_type, "success": t.success, "steps": [
             {"observation": s.observation, "response": f"<think>ok</think><action>{s.action}</action>",
              "action": s.action, "reward": s.reward, "prompt": s.prompt, "progress": s.progress} for s in t.steps]})
@@ -96,7 +101,7 @@ def test_coupling_metrics_on_played_trajectories(tiny_model_dir):
     trajectories = []
     for i, task in enumerate(sample_tasks(env, "train", 4, rng)):
         policy = (lambda obs: env.expert_action()[1]) if i % 2 else (lambda obs: rng.choice(obs.admissible_actions))
-        t = _play(env, task, prompt, policy)
+        t = play(env, task, prompt, policy)
         for s in t.steps:
             s.response = f"<think>ok</think><action>{s.action}</action>"
         trajectories.append(t)

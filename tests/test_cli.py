@@ -4,10 +4,9 @@ import time
 
 import pytest
 import yaml
+from conftest import COMPACT
 
 from agentrl.cli import main
-
-from conftest import COMPACT
 
 
 def recipe(tmp_path, **extra):
@@ -224,7 +223,7 @@ def test_metrics_also_go_to_weights_and_biases_offline(tmp_path, monkeypatch):
 
 def test_a_resumed_phase_continues_its_weights_and_biases_run(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
-    from agentrl.config import validate_config
+    from agentrl.recipe import validate_config
     from agentrl.tracking import Tracker
 
     monkeypatch.setenv("WANDB_MODE", "offline")

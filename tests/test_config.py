@@ -1,6 +1,7 @@
 import pytest
 
-from agentrl.config import ConfigError, load_config, save_config, validate_config
+from agentrl.config import ConfigError
+from agentrl.recipe import load_config, save_config, validate_config
 
 
 def write(tmp_path, text):
@@ -107,3 +108,18 @@ def test_every_config_field_is_documented():
     assert len(classes) > 25
     undocumented = [f"{c.__name__}.{name}" for c in classes for name, f in c.model_fields.items() if not f.description]
     assert undocumented == []
+
+
+def test_the_default_sections_are_the_built_in_entries_beside_their_implementations():
+    config = validate_config({"rl": {}, "sft": {}})
+    where = {"env": (config.env, "agentrl.envs.household.env"),
+             "rl.advantage": (config.rl.advantage, "agentrl.advantages.grpo"),
+             "rl.loss": (config.rl.loss, "agentrl.losses.policy"),
+             "rl.actor": (config.rl.actor, "agentrl.actor"), "sft.actor": (config.sft.actor, "agentrl.actor"),
+             "rl.sampler": (config.rl.sampler, "agentrl.sampler")}
+    for field, (section, module) in where.items():
+        assert type(section).__module__ == module, field
+    assert (config.env.type, config.rl.advantage.type, config.rl.loss.type, config.rl.actor.backend,
+            config.rl.sampler.type) == ("household", "grpo", "ppo_clip", "single", "hf")
+    latency = validate_config({"env": {"type": "latency"}}).env
+    assert latency.inner.type == "household"

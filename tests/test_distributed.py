@@ -54,7 +54,7 @@ def policy(model_dir, lora):
     torch.manual_seed(0)
     model = load_model(model_dir)
     if lora:
-        from agentrl.config import LoRAConfig
+        from agentrl.actor import LoRAConfig
         from agentrl.models import add_lora
         model = add_lora(model, LoRAConfig(r=4, alpha=8))
     return model
@@ -220,8 +220,7 @@ def startup_rank(rank, world, port, model_dir, out_dir, empty):
                       LOCAL_RANK=str(rank))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        from agentrl.actor import shards_on_load
-        from agentrl.config import FSDP2ActorConfig
+        from agentrl.actor import FSDP2ActorConfig, shards_on_load
         meter = PeakResidentMemory()
         actor = make_actor("fsdp2", load_model(model_dir, empty=empty and shards_on_load(FSDP2ActorConfig())))
         peak = meter.stop()
@@ -258,7 +257,6 @@ def test_fsdp2_ranks_start_with_their_shards_not_the_whole_model(tmp_path):
 
 def write_recipe(path, run_dir, steps, backend="fsdp2"):
     import yaml
-
     from conftest import COMPACT
     path.write_text(yaml.safe_dump({
         "seed": 3, "run_dir": str(run_dir),
@@ -364,12 +362,13 @@ def test_sharded_sft_matches_one_process_and_resumes_exactly_after_a_kill(tiny_m
     import time
 
     import yaml
+    from conftest import COMPACT
 
-    from agentrl.config import HouseholdEnvConfig, PromptConfig
+    from agentrl.config import PromptConfig
     from agentrl.data import collect_expert_data
     from agentrl.envs import make_env
+    from agentrl.envs.household.env import HouseholdEnvConfig
     from agentrl.tracking import read_metrics
-    from conftest import COMPACT
 
     prompt = {"template": COMPACT, "history_length": 1}
     collect_expert_data(make_env(HouseholdEnvConfig()), PromptConfig(**prompt), 3, tmp_path / "data.jsonl", 0)
@@ -471,7 +470,6 @@ def test_the_pipeline_under_torchrun_shards_sft_and_rl_and_resumes_after_kills(t
     from pathlib import Path
 
     import yaml
-
     from conftest import COMPACT
 
     recipe = tmp_path / "r.yaml"

@@ -13,12 +13,11 @@ from typing import Literal
 import pytest
 import torch
 import yaml
+from conftest import COMPACT
 
 from agentrl.cli import main
 from agentrl.config import Section
 from agentrl.errors import RunError
-
-from conftest import COMPACT
 
 GOOD = {"seed": 1, "run_dir": "RUN", "env": {"type": "household", "max_steps": 4},
         "prompt": {"template": COMPACT, "history_length": 1}, "sampling": {"max_new_tokens": 6},
@@ -193,7 +192,7 @@ def test_workers_that_die_on_start_stop_the_run_with_the_main_guard_hint(tmp_pat
     recipe = with_(run_dir=str(tmp_path / "run"), rl__env_pool__workers=1, rl__max_aborted_share=share)
     script.write_text(f"""
 from pathlib import Path
-from agentrl.config import validate_config
+from agentrl.recipe import validate_config
 from agentrl.trainer import RLTrainer
 
 config = validate_config({json.dumps(recipe)})
@@ -208,7 +207,8 @@ with RLTrainer(config, {str(tiny_model_dir)!r}, Path(config.run_dir)) as trainer
 
 
 def test_a_worker_that_died_while_idle_is_replaced_before_new_episodes(tmp_path):
-    from agentrl.config import EnvPoolConfig, HouseholdEnvConfig
+    from agentrl.config import EnvPoolConfig
+    from agentrl.envs.household.env import HouseholdEnvConfig
     from agentrl.envs.pool import EnvPool
 
     with EnvPool(HouseholdEnvConfig(), EnvPoolConfig(workers=1)) as pool:
@@ -233,7 +233,7 @@ def nan_loss(logp, old_logp, advantages, segments, config):
 def test_non_finite_updates_are_skipped_counted_and_stop_the_run(tmp_path, tiny_model_dir):
     from pathlib import Path
 
-    from agentrl.config import validate_config
+    from agentrl.recipe import validate_config
     from agentrl.registry import POLICY_LOSSES
     from agentrl.trainer import RLTrainer
 
@@ -329,9 +329,10 @@ def test_every_endpoint_failure_is_retried_then_given_up_cleanly():
 def test_a_training_step_carries_on_through_a_misbehaving_judge_and_summariser(tmp_path, tiny_model_dir):
     from pathlib import Path
 
-    from agentrl.config import CorrectionConfig, validate_config
     from agentrl.gcd.correction import PromptCorrection
     from agentrl.gcd.judge import ChatEndpoint
+    from agentrl.losses.gcd import CorrectionConfig
+    from agentrl.recipe import validate_config
     from agentrl.trainer import RLTrainer
 
     server = Misbehaving(FAILURES)

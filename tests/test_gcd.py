@@ -4,24 +4,25 @@ import threading
 
 import pytest
 import torch
+from conftest import COMPACT
 
 from agentrl.actor.batch import micro_batches
-from agentrl.config import (GCDAuxConfig, HouseholdEnvConfig, JudgeEndpointConfig, PromptConfig, SFTConfig,
-                            validate_config)
-from agentrl.data import collect_judgment_data, read_chat_dataset
+from agentrl.config import PromptConfig, SFTConfig
+from agentrl.data import read_chat_dataset
 from agentrl.envs import make_env
+from agentrl.envs.household.env import HouseholdEnvConfig
+from agentrl.gcd.data import collect_judgment_data
 from agentrl.gcd.judge import ChatEndpoint, ExternalJudge, judge_prompt, parse_verdict, vote
 from agentrl.gcd.labels import balanced_selection, label_steps, rule_labels
-from agentrl.losses.gcd import GCDLoss
+from agentrl.losses.gcd import GCDAuxConfig, GCDLoss, JudgeEndpointConfig
 from agentrl.models import load_model, load_tokenizer
+from agentrl.recipe import validate_config
 from agentrl.rollout.types import StepSample, Trajectory
 from agentrl.sampler.hf import HFSampler
 from agentrl.serve import make_server
 from agentrl.sft import train_sft
 from agentrl.tracking import read_metrics
 from agentrl.trainer import RLTrainer
-
-from conftest import COMPACT
 
 
 def traj(observations, success=False, progress=None):
@@ -253,8 +254,9 @@ def test_classifier_judge_trains_in_the_loop_and_resumes_exactly(tiny_model_dir,
         finally:
             trainer.close()
 
-    from agentrl.checkpoint import list_checkpoints
     from safetensors.torch import load_file
+
+    from agentrl.checkpoint import list_checkpoints
 
     results = run(config(tmp_path / "a", 2))
     rows = read_metrics(tmp_path / "a" / "logs" / "metrics.jsonl")
@@ -313,6 +315,7 @@ def test_labels_per_source_on_a_hand_built_trajectory(judge_server):
 
 def test_correction_hint_is_in_training_prompts_after_a_refresh_and_never_in_evaluation(choice_model_dir, tmp_path):
     import twostep
+
     from agentrl.evaluate import evaluate
     from agentrl.gcd.correction import HEADER
 

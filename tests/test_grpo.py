@@ -1,7 +1,7 @@
 import pytest
 
 from agentrl.advantages import compute_advantages
-from agentrl.config import GRPOConfig
+from agentrl.advantages.grpo import GRPOConfig
 from agentrl.rollout.types import StepSample, Trajectory
 
 

@@ -100,9 +100,8 @@ def test_actor_log_probs_through_the_triton_path(tiny_model_dir, monkeypatch):
 @needs_triton
 @pytest.mark.parametrize("dual_clip", [3.0, None])
 def test_seq_ratio_kernel_matches_pytorch(monkeypatch, dual_clip):
-    from agentrl.config import SeqRatioConfig
     from agentrl.kernels.seq_ratio import seq_ratio_triton
-    from agentrl.losses.policy import seq_ratio
+    from agentrl.losses.policy import SeqRatioConfig, seq_ratio
 
     g = torch.Generator().manual_seed(3)
     lengths = [1, 7, 130, 3, 40, 2]  # one action longer than the kernel's block

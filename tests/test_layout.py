@@ -45,3 +45,40 @@ def test_the_graph_sees_a_circle_when_there_is_one():
     assert graph.has_edge("agentrl.trainer", "agentrl.components")
     graph.add_edge("agentrl.components", "agentrl.trainer")
     assert any(len(c) > 1 for c in nx.strongly_connected_components(graph))
+
+
+LAYERS = [  # top to bottom: a module imports only from its own layer or the ones below it
+    ("commands", ["cli", "compare", "plot", "serve", "plan"]),
+    ("pipeline", ["pipeline"]),
+    ("trainer", ["trainer", "sft", "evaluate", "checkpoint", "tracking", "provenance"]),
+    ("methods", ["advantages", "losses", "components", "critic", "gcd", "analysis"]),
+    ("actors, samplers, environments", ["actor", "sampler", "envs", "models", "data", "rollout.collect", "kernels"]),
+    ("config, registry, records", ["config", "recipe", "registry", "rollout", "prompting", "files", "errors",
+                                   "distributed", "seeding", "progress", "stats", "envs.base"]),
+]
+
+
+def layer_of(module: str) -> int:
+    name = module.removeprefix("agentrl.")
+    best = None
+    for depth, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and (best is None or len(prefix) > len(best[1])):
+                best = (depth, prefix)
+    assert best is not None, f"{module} is in no layer of tests/test_layout.py"
+    return best[0]
+
+
+def upward_imports(graph) -> list[str]:
+    return [f"{a} ({LAYERS[layer_of(a)][0]}) imports {b} ({LAYERS[layer_of(b)][0]})"
+            for a, b in graph.edges if a != "agentrl" and layer_of(b) < layer_of(a)]
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    assert not upward_imports(import_graph())
+
+
+def test_the_layers_see_an_upward_import_when_there_is_one():
+    graph = import_graph()
+    graph.add_edge("agentrl.config", "agentrl.trainer")
+    assert upward_imports(graph) == ["agentrl.config (config, registry, records) imports agentrl.trainer (trainer)"]

@@ -8,11 +8,12 @@ import torch
 
 pytest.importorskip("peft")
 
+from test_trainer import run, small_config, strip_timing  # noqa: E402
+
 from agentrl.checkpoint import list_checkpoints  # noqa: E402
 from agentrl.cli import main  # noqa: E402
 from agentrl.models import load_model  # noqa: E402
 from agentrl.tracking import read_metrics  # noqa: E402
-from test_trainer import run, small_config, strip_timing  # noqa: E402
 
 # KL as a reward penalty from the sampler's log-probs: exactly 0 while the adapters are still the
 # identity (step 1), so it checks that the reference really is the base with adapters off.
@@ -59,7 +60,7 @@ def test_export_of_a_plain_checkpoint_and_bad_input(tiny_model_dir, tmp_path):
 def test_merged_weights_for_vllm_equal_peft_merge(tiny_model_dir):
     """What the vLLM sampler receives from a LoRA actor: plain HF names, W + (alpha / r) B A per
     adapted layer, and the tied lm_head named explicitly."""
-    from agentrl.config import LoRAConfig
+    from agentrl.actor import LoRAConfig
     from agentrl.models import add_lora
     from agentrl.sampler.vllm import merged_weights
 

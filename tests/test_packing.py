@@ -8,8 +8,7 @@ import torch
 
 from agentrl.actor.batch import TrainSample, micro_batches, per_sample
 from agentrl.actor.single import response_logprobs
-from agentrl.losses.policy import ppo_clip
-from agentrl.config import PPOClipConfig
+from agentrl.losses.policy import PPOClipConfig, ppo_clip
 from agentrl.models import load_model
 
 
@@ -98,10 +97,10 @@ def test_rl_steps_packed_and_unpacked_end_with_the_same_weights(tiny_model_dir, 
     (An entropy bonus gives every update a real gradient: with none, as when no episode of a
     random model succeeds, AdamW would turn float noise of either run into full-size steps.)"""
     from safetensors.torch import load_file
+    from test_trainer import run, small_config
 
     from agentrl.checkpoint import list_checkpoints
     from agentrl.tracking import read_metrics
-    from test_trainer import run, small_config
 
     runs = {}
     for pack in (True, False):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.config import load_config
 from agentrl.plan import GIB, architecture, memory_plan
+from agentrl.recipe import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENTRL = str(Path(sys.executable).parent / "agentrl")

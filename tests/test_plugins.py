@@ -1,45 +1,47 @@
-"""The README's worked example, run exactly as written: a user's environment and estimator in a
+"""The plugins guide's worked example (docs/guides/plugins.md), run exactly as written: a user's environment and estimator in a
 file outside the package, through `agentrl run --import`, the saved config, a changed setting,
 and `agentrl compare`. Plus the registries' own rules."""
 
 import json
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
 
 from agentrl.cli import main
-from agentrl.config import ConfigError, load_config
+from agentrl.config import ConfigError
+from agentrl.recipe import load_config
 from agentrl.registry import ADVANTAGES, PluginError
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def readme_block(language: str, start: str) -> str:
-    """The README's code block in `language` whose first line starts with `start`."""
-    text = (ROOT / "README.md").read_text()
+GUIDE = ROOT / "docs" / "guides" / "plugins.md"
+
+
+def guide_block(language: str, start: str) -> str:
+    """The plugins guide's code block in `language` whose first line starts with `start`."""
+    text = GUIDE.read_text()
     match = re.search(rf"```{language}\n({re.escape(start)}.*?)```", text, re.DOTALL)
-    assert match, f"README has no {language} block starting with {start!r}"
+    assert match, f"{GUIDE} has no {language} block starting with {start!r}"
     return match.group(1)
 
 
-def readme_commands() -> list[list[str]]:
+def guide_commands() -> list[list[str]]:
     """The commands of the example's shell block (continuation lines joined, comments dropped)."""
-    block = readme_block("bash", "agentrl run my_recipe.yaml --import my_plugin.py").replace("\\\n", " ")
+    block = guide_block("bash", "agentrl run my_recipe.yaml --import my_plugin.py").replace("\\\n", " ")
     return [shlex.split(line.split("  #")[0]) for line in block.splitlines() if line.strip()]
 
 
-def test_the_readme_plugin_example_end_to_end(tmp_path, monkeypatch, capsys):
+def test_the_guides_plugin_example_end_to_end(tmp_path, monkeypatch, capsys):
     user = tmp_path / "user"  # outside the package
     user.mkdir()
-    (user / "my_plugin.py").write_text(readme_block("python", "# my_plugin.py"))
-    (user / "my_recipe.yaml").write_text(readme_block("yaml", "# my_recipe.yaml"))
+    (user / "my_plugin.py").write_text(guide_block("python", "# my_plugin.py"))
+    (user / "my_recipe.yaml").write_text(guide_block("yaml", "# my_recipe.yaml"))
     monkeypatch.chdir(user)
-    first, saved, changed, compare = readme_commands()
+    first, saved, changed, compare = guide_commands()
     run = user / "runs" / "guess"
 
     assert main(first[1:]) == 0
@@ -123,12 +125,12 @@ def test_registering_a_name_twice_or_without_its_type_field_is_an_error():
 
 
 def test_a_plugin_component_and_train_resume_against_changed_plugin_code(tmp_path, tiny_model_dir, capsys):
-    """The README's component, from a user file, hooks into the step; `agentrl train` into a folder with
+    """The plugins guide's component, from a user file, hooks into the step; `agentrl train` into a folder with
     checkpoints needs --resume or --overwrite, and refuses to resume once the plugin's code changed."""
     from conftest import COMPACT
 
     plugin = tmp_path / "step_cost.py"
-    code = readme_block("python", "# step_cost.py")
+    code = guide_block("python", "# step_cost.py")
     plugin.write_text(code)
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(json.dumps({

@@ -1,4 +1,5 @@
-from agentrl.config import EnvPoolConfig, HouseholdEnvConfig
+from agentrl.config import EnvPoolConfig
+from agentrl.envs.household.env import HouseholdEnvConfig
 from agentrl.envs.pool import EnvPool
 
 
@@ -30,12 +31,11 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import java_processes
+from test_trainer import small_config
 
 from agentrl.envs.pool import WorkerEnvError
 from agentrl.trainer import RLTrainer
-
-from conftest import java_processes
-from test_trainer import small_config
 
 
 class SignalOnCall:
@@ -81,7 +81,7 @@ def test_an_environment_error_is_raised_not_hidden():
 
 
 def test_scienceworld_workers_leave_no_jvm_behind(scienceworld_splits):
-    from agentrl.config import ScienceWorldEnvConfig
+    from agentrl.envs.scienceworld.env import ScienceWorldEnvConfig
 
     before = set(java_processes())
     pool = EnvPool(ScienceWorldEnvConfig(splits_dir=scienceworld_splits), EnvPoolConfig(workers=2))
@@ -103,7 +103,7 @@ def test_scienceworld_workers_leave_no_jvm_behind(scienceworld_splits):
 def test_a_dead_worker_aborts_every_message_it_still_owed():
     """Async rollouts queue one message per episode: a worker holding several slots owes several
     answers when it dies, and every one of them is an aborted episode; the others go on."""
-    from agentrl.config import LatencyEnvConfig
+    from agentrl.envs.latency import LatencyEnvConfig
 
     env = LatencyEnvConfig(inner={"type": "household"}, step_median_s=0.5, step_sigma=0.0)
     with EnvPool(env, EnvPoolConfig(workers=2)) as pool:  # worker 0 holds slots 0 and 2

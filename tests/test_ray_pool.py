@@ -12,13 +12,15 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from agentrl.config import ConfigError, EnvPoolConfig, HouseholdEnvConfig, LatencyEnvConfig  # noqa: E402
-from agentrl.envs.pool import EnvPool, WorkerEnvError  # noqa: E402
-from agentrl.trainer import RLTrainer  # noqa: E402
-
 from conftest import processes  # noqa: E402
 from test_pool import play  # noqa: E402
 from test_trainer import small_config  # noqa: E402
+
+from agentrl.config import ConfigError, EnvPoolConfig  # noqa: E402
+from agentrl.envs.household.env import HouseholdEnvConfig
+from agentrl.envs.latency import LatencyEnvConfig
+from agentrl.envs.pool import EnvPool, WorkerEnvError  # noqa: E402
+from agentrl.trainer import RLTrainer  # noqa: E402
 
 
 def ray_processes() -> list[int]:

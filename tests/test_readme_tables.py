@@ -8,13 +8,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from readme_tables import BLOCK, render  # noqa: E402
+from readme_tables import BLOCK, pages, render  # noqa: E402
 
 
-def test_every_results_table_in_the_readme_is_current():
-    readme = (ROOT / "README.md").read_text()
-    assert len(BLOCK.findall(readme)) >= 10  # the demo seeds, the estimators, GCD, the benchmarks, the testbed
-    _, stale = render(readme)
+def test_every_results_table_in_the_readme_and_the_docs_is_current():
+    texts = [page.read_text() for page in pages()]
+    assert sum(len(BLOCK.findall(text)) for text in texts) >= 10  # demo seeds, estimators, GCD, benchmarks, testbed
+    stale = [name for text in texts for name in render(text)[1]]
     assert stale == [], f"stale tables: {stale} (run python benchmarks/readme_tables.py)"
 
 
@@ -22,11 +22,15 @@ def test_a_changed_result_file_makes_its_table_stale(tmp_path):
     (tmp_path / "r.md").write_text("| a |\n|---|\n| 1 |\n")
     readme = tmp_path / "README.md"
     readme.write_text("intro\n<!-- results: r.md -->\n| a |\n|---|\n| 1 |\n<!-- end results -->\nafter\n")
-    check = [sys.executable, str(ROOT / "benchmarks" / "readme_tables.py"), "--readme", str(readme), "--check"]
+    check = [sys.executable, str(ROOT / "benchmarks" / "readme_tables.py"), "--root", str(tmp_path), "--check"]
     assert subprocess.run(check).returncode == 0
     (tmp_path / "r.md").write_text("| a |\n|---|\n| 2 |\n")
     done = subprocess.run(check, capture_output=True, text=True)
     assert done.returncode == 1 and "r.md is stale" in done.stdout
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "page.md").write_text("<!-- results: r.md -->\n| a |\n|---|\n| 1 |\n<!-- end results -->\n")
+    done = subprocess.run(check, capture_output=True, text=True)
+    assert done.returncode == 1 and "page.md: the table from r.md is stale" in done.stdout  # the docs' pages too
     subprocess.run(check[:-1], check=True)  # rewrite
     assert readme.read_text() == "intro\n<!-- results: r.md -->\n| a |\n|---|\n| 2 |\n<!-- end results -->\nafter\n"
 

@@ -2,14 +2,14 @@
 prompt, whatever order the environments answer in."""
 
 import pytest
+from conftest import COMPACT
 
-from agentrl.config import EnvPoolConfig, LatencyEnvConfig, PromptConfig, SamplingConfig
+from agentrl.config import EnvPoolConfig, PromptConfig, SamplingConfig
+from agentrl.envs.latency import LatencyEnvConfig
 from agentrl.envs.pool import EnvPool
 from agentrl.models import load_model, load_tokenizer
 from agentrl.rollout.collect import collect
 from agentrl.sampler.hf import HFSampler
-
-from conftest import COMPACT
 
 GREEDY = SamplingConfig(temperature=0.0, max_new_tokens=8)
 PROMPT = PromptConfig(template=COMPACT, history_length=1, require_think=False)

@@ -3,15 +3,15 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from agentrl.config import HouseholdEnvConfig, OptimConfig, PromptConfig, SFTConfig
-from agentrl.data import collect_expert_data, read_chat_dataset
-from agentrl.envs import make_env
-from agentrl.models import load_model, load_tokenizer
-from agentrl.sft import encode_conversation, train_sft
-from agentrl.tracking import Tracker, read_metrics
-
 from conftest import COMPACT
+
+from agentrl.config import OptimConfig, PromptConfig, SFTConfig
+from agentrl.data import collect_expert_data, encode_conversation, read_chat_dataset
+from agentrl.envs import make_env
+from agentrl.envs.household.env import HouseholdEnvConfig
+from agentrl.models import load_model, load_tokenizer
+from agentrl.sft import train_sft
+from agentrl.tracking import Tracker, read_metrics
 
 
 def test_expert_dataset_is_chat_jsonl(tmp_path):

@@ -5,10 +5,9 @@ import random
 
 import pytest
 
-from agentrl.config import load_config
-from agentrl.envs import make_env
-from agentrl.envs import testbed
+from agentrl.envs import make_env, testbed
 from agentrl.envs.testbed.env import HELD_OUT_GOALS, SEEN_GOALS
+from agentrl.recipe import load_config
 
 
 def play(env, task_id, choose):

@@ -4,14 +4,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import COMPACT
 from safetensors.torch import load_file
 
-from agentrl.config import validate_config
 from agentrl.checkpoint import list_checkpoints
+from agentrl.recipe import validate_config
 from agentrl.tracking import read_metrics
 from agentrl.trainer import RLTrainer
-
-from conftest import COMPACT
 
 
 def small_config(run_dir, steps, **rl):
@@ -126,7 +125,7 @@ def test_ppo_critic_learns_and_resumes_exactly(tiny_model_dir, tmp_path):
 def test_critic_regresses_to_its_targets(tiny_model_dir):
     import random
 
-    from agentrl.config import PPOConfig
+    from agentrl.advantages.ppo import PPOConfig
     from agentrl.critic import Critic
 
     critic = Critic(str(tiny_model_dir), PPOConfig(critic_lr=3e-3, value_clip=100.0))
@@ -224,7 +223,6 @@ def test_two_ranks_update_like_one_process_through_the_trainer(choice_model_dir,
     """Each rank plays one task group with its own token count; the loss is aggregated over the
     global counts, so the update equals one process learning from both groups."""
     import torch.multiprocessing as mp
-
     import twostep
     from test_distributed import free_port
 
@@ -284,11 +282,11 @@ def test_aborted_groups_are_left_out_of_the_update(choice_model_dir, tmp_path):
 def test_kl_in_reward_adds_each_actions_kl_to_its_penalty(choice_model_dir, tmp_path):
     """kl_coef x the summed per-token k3 KL(sampler || reference) joins the step's penalty, so
     within a task group (equal episode rewards) a step with more KL gets a lower advantage."""
+    import twostep
+
     from agentrl.actor.batch import TrainSample, collate
     from agentrl.actor.single import response_logprobs
     from agentrl.losses.policy import kl_k3
-
-    import twostep
 
     config = twostep.config(tmp_path, temperature=0.8, kl_coef=0.5, kl_in_reward=True, kl_estimator="k3")
     trainer = RLTrainer(config, str(choice_model_dir), tmp_path)
@@ -321,10 +319,10 @@ def test_kl_in_reward_adds_each_actions_kl_to_its_penalty(choice_model_dir, tmp_
 def test_entropy_bonus_raises_the_entropy(choice_model_dir, tmp_path):
     """With every advantage zero (one rollout per task, trajectory-level GRPO), the entropy
     bonus alone drives the update, and it must make the policy less certain."""
+    import twostep
+
     from agentrl.actor.batch import TrainSample, collate
     from agentrl.actor.single import response_logprobs
-
-    import twostep
 
     config = twostep.config(tmp_path, group_size=1, tasks_per_step=4, entropy_coef=0.5,
                             advantage={"type": "grpo", "level": "trajectory"})
@@ -351,11 +349,11 @@ def test_entropy_bonus_raises_the_entropy(choice_model_dir, tmp_path):
 def test_kl_loss_term_pulls_the_policy_back_to_its_reference(choice_model_dir, tmp_path):
     """With every advantage zero and the policy moved off its reference, the KL loss term alone
     drives the update, and it must bring the policy closer to the reference."""
+    import twostep
+
     from agentrl.actor.batch import TrainSample, collate
     from agentrl.actor.single import response_logprobs
     from agentrl.losses.policy import kl_k3
-
-    import twostep
 
     # Adam's first step moves every weight by lr: small, so the first-order pull dominates.
     config = twostep.config(tmp_path, group_size=1, tasks_per_step=4, kl_coef=1.0, kl_estimator="k3",
@@ -392,6 +390,7 @@ def test_steps_carry_the_environments_anchor_and_the_sampled_tokens(choice_model
     history, so two routes into one room would never share a prompt); the trained response is
     the sampled token ids with their end-of-turn token, the prompt the encoded prompt text."""
     import twostep
+
     from agentrl.rollout.collect import encode_prompt
 
     trainer = RLTrainer(twostep.config(tmp_path), str(choice_model_dir), tmp_path)
@@ -416,6 +415,7 @@ def test_finished_episodes_stop_playing(choice_model_dir, tmp_path):
     from typing import Literal
 
     import twostep
+
     from agentrl.config import Section
     from agentrl.envs.base import StepResult
     from agentrl.registry import ENVIRONMENTS
@@ -445,6 +445,7 @@ def test_ppo_critic_regresses_onto_the_step_returns(choice_model_dir, tmp_path):
     corridor (half the answers there succeed: return about 5) is far above the cellar's (0);
     fitted to the whitened advantages instead, neither would leave [-2, 2]."""
     import twostep
+
     from agentrl.rollout.collect import encode_prompt
 
     config = twostep.config(tmp_path, advantage={"type": "ppo", "critic_lr": 3e-3, "critic_epochs": 30,

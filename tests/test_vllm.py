@@ -6,15 +6,16 @@ import torch
 
 pytest.importorskip("vllm")
 
+from test_trainer import assert_round_trip, run, small_config, strip_timing  # noqa: E402
+
 from agentrl.actor.batch import TrainSample, collate  # noqa: E402
 from agentrl.actor.single import SingleActor, response_logprobs  # noqa: E402
 from agentrl.checkpoint import list_checkpoints  # noqa: E402
-from agentrl.config import OptimConfig, SamplingConfig, VLLMSamplerConfig  # noqa: E402
+from agentrl.config import OptimConfig, SamplingConfig  # noqa: E402
 from agentrl.models import load_model, load_tokenizer  # noqa: E402
+from agentrl.sampler import VLLMSamplerConfig
 from agentrl.sampler.vllm import VLLMSampler  # noqa: E402
 from agentrl.tracking import read_metrics  # noqa: E402
-
-from test_trainer import assert_round_trip, run, small_config, strip_timing  # noqa: E402
 
 
 def actor_logprobs(model, sequences, n_prompt, temperature=1.0):
@@ -108,6 +109,7 @@ def test_the_sampler_actor_gap_catches_a_skipped_weight_push(choice_model_dir, t
     from pathlib import Path
 
     import twostep
+
     from agentrl.trainer import RLTrainer
 
     config = twostep.config(tmp_path / "run", 4, sampler={"type": "vllm"}, optim={"lr": 1e-2})
@@ -133,11 +135,12 @@ def test_async_rollouts_stream_requests_into_the_engine(tiny_model_dir):
     answers (environments with heavy-tailed latency, in 3 processes), and every generation comes
     back to its own episode: the actor scores each sampled response, after its own prompt, as
     vLLM did."""
-    from agentrl.config import EnvPoolConfig, LatencyEnvConfig, PromptConfig
+    from conftest import COMPACT
+
+    from agentrl.config import EnvPoolConfig, PromptConfig
+    from agentrl.envs.latency import LatencyEnvConfig
     from agentrl.envs.pool import EnvPool
     from agentrl.rollout.collect import collect
-
-    from conftest import COMPACT
 
     tokenizer, model = load_tokenizer(tiny_model_dir), load_model(tiny_model_dir)
     sampler = VLLMSampler(str(tiny_model_dir), tokenizer, VLLMSamplerConfig(), "float32", seed=0)

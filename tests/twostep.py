@@ -12,9 +12,10 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from agentrl.config import Section, validate_config
+from agentrl.config import Section
 from agentrl.envs.base import Observation, StepResult
 from agentrl.prompting import HistoryEntry, format_response, render_prompt
+from agentrl.recipe import validate_config
 from agentrl.registry import ENVIRONMENTS
 
 GOOD, BAD = "open drawer 1", "open cabinet 1"

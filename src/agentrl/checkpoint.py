@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from agentrl import distributed
-from agentrl.config import save_prompt
+from agentrl.prompting import save_prompt
 
 
 def checkpoint_dir(run_dir: Path) -> Path:

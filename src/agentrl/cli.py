@@ -8,9 +8,10 @@ import os
 import sys
 from pathlib import Path
 
-from agentrl.config import ConfigError, load_config
+from agentrl.config import ConfigError
 from agentrl.errors import RunError
 from agentrl.progress import stage
+from agentrl.recipe import load_config
 
 
 def _recipe_args(parser: argparse.ArgumentParser) -> None:
@@ -219,9 +220,9 @@ def _dispatch(args, config) -> int:
             env.close()
         print(json.dumps({"env": config.env.type, "tasks": counts}))
     elif args.command == "sft":
-        from agentrl.config import SFTConfig, SingleActorConfig
         from agentrl import distributed
-        from agentrl.actor import check_launch
+        from agentrl.actor import SingleActorConfig, check_launch
+        from agentrl.config import SFTConfig
         if config.sft is None:
             config = config.model_copy(update={"sft": SFTConfig(actor=config.rl.actor if config.rl else SingleActorConfig())})
         check_launch(config.sft.actor, "sft.actor", int(os.environ.get("WORLD_SIZE", "1")))
@@ -268,10 +269,10 @@ def _train(args, config) -> int:
 
     from agentrl import distributed
     from agentrl.checkpoint import latest_checkpoint
-    from agentrl.config import save_config
     from agentrl.pipeline import rl_settings, train_rl
-    from agentrl.trainer import check_ranks
     from agentrl.provenance import Phases, changes
+    from agentrl.recipe import save_config
+    from agentrl.trainer import check_ranks
 
     if config.rl is None:
         raise ConfigError(f"{args.recipe}: the recipe has no rl section")
@@ -346,9 +347,10 @@ def _compare(args) -> int:
 
 def _analyze(args) -> int:
     import torch
+
     from agentrl.analysis.behaviour import action_confidence, repetition_stats
-    from agentrl.rollout.records import read_trajectories
     from agentrl.models import load_model, load_tokenizer
+    from agentrl.rollout.records import read_trajectories
 
     try:
         trajectories = read_trajectories(args.trajectories)

@@ -333,9 +333,9 @@ def coupling_markdown(values: dict[str, dict], source: str) -> str:
 def train_once(recipe: str, model: str, overrides: list[str], imports: list[str], seed: int, run_dir: Path) -> Run:
     """One method's RL run at one seed in `run_dir`: reused when finished with the same settings and
     starting model, continued when stopped with them, otherwise started over."""
-    from agentrl.config import load_config, save_config
     from agentrl.pipeline import rl_settings, train_rl
     from agentrl.provenance import Phases, config_settings, folder_fingerprint
+    from agentrl.recipe import load_config, save_config
 
     config = load_config(recipe, [*overrides, f"seed={seed}", f"run_dir={run_dir}"], imports)
     settings = {**rl_settings(config), **config_settings(config, "rl.steps", "eval"), "model.path": model,

@@ -6,6 +6,7 @@ import json
 import random
 from pathlib import Path
 
+from agentrl.actor.batch import TrainSample
 from agentrl.config import ConfigError
 from agentrl.envs.base import NoExpertMove, sample_tasks
 from agentrl.progress import task
@@ -101,7 +102,7 @@ def read_chat_dataset(path: str | Path) -> list[list[dict]]:
     return conversations
 
 
-def _play(env, task_id: str, prompt, policy) -> Trajectory:
+def play(env, task_id: str, prompt, policy) -> Trajectory:
     """One episode as a Trajectory of StepSamples (text only: no token ids)."""
     obs = env.reset(task_id)
     traj = Trajectory(task_id=task_id, group_id=0, task_type=env.task_type(task_id))
@@ -121,30 +122,21 @@ def _play(env, task_id: str, prompt, policy) -> Trajectory:
     return traj
 
 
-def collect_judgment_data(env, prompt, examples: int, path: str | Path, seed: int, labels=("rules", "env")) -> dict:
-    """Append `examples` judgment examples (GCD cold start), half good and half bad: good ones
-    are expert moves, bad ones are steps of a random-action policy that the label sources call
-    bad. Each answer is the response a perfect judge would give."""
-    from agentrl.gcd.judge import judge_prompt, judgment_response
-    from agentrl.gcd.labels import label_steps
+def encode_conversation(tokenizer, messages: list[dict], prompt_weight: float = 0.0) -> TrainSample:
+    """Context through the chat template, then the final assistant turn + end-of-turn token.
 
-    rng = random.Random(seed)
-    good, bad = [], []
-    for task_id in sample_tasks(env, "train", 10 * examples, rng):
-        if len(good) >= examples // 2 and len(bad) >= examples - examples // 2:
-            break
-        if len(good) < examples // 2:
-            good += [(s, True, "it makes progress")
-                     for s in _play(env, task_id, prompt, lambda obs: env.expert_action()[1]).steps]
-        else:
-            traj = _play(env, task_id, prompt, lambda obs: rng.choice(obs.admissible_actions))
-            bad += [(x.step, False, x.reason) for x in label_steps([traj], list(labels)) if not x.label]
-    chosen = rng.sample(good, min(len(good), examples // 2)) + rng.sample(bad, min(len(bad), examples - examples // 2))
-    rng.shuffle(chosen)
-    with Path(path).open("a") as f:
-        for step, label, reason in chosen:
-            f.write(json.dumps({"task_id": "judgment", "messages": [
-                {"role": "user", "content": judge_prompt(step)},
-                {"role": "assistant", "content": judgment_response(label, reason)}]}) + "\n")
-    n_good = sum(label for _, label, _ in chosen)
-    return {"judgments": len(chosen), "good": n_good, "bad": len(chosen) - n_good}
+    The two parts are tokenised separately, exactly as at sampling time (prompt encoded, response
+    generated), so SFT trains the token sequences the sampler produces. Every trained token
+    carries a loss weight: 1 on the response, `prompt_weight` on the context (trained only when
+    > 0).
+    """
+    if messages[-1]["role"] != "assistant":
+        raise ValueError(f"the last message must be the assistant's, got {messages[-1]['role']!r}")
+    context = tokenizer.apply_chat_template(messages[:-1], tokenize=False, add_generation_prompt=True)
+    prompt_ids = tokenizer(context, add_special_tokens=False).input_ids
+    response_ids = tokenizer(messages[-1]["content"], add_special_tokens=False).input_ids
+    response_ids.append(tokenizer.eos_token_id)
+    if prompt_weight <= 0:
+        return TrainSample.from_turn(prompt_ids, response_ids, weight=[1.0] * len(response_ids))
+    return TrainSample(prompt_ids + response_ids, [False] + [True] * (len(prompt_ids) + len(response_ids) - 1),
+                       weight=[prompt_weight] * (len(prompt_ids) - 1) + [1.0] * len(response_ids))

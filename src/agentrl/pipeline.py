@@ -23,17 +23,20 @@ from rich.console import Console
 from rich.table import Table
 
 from agentrl import distributed
-from agentrl.actor import check_launch, shards_on_load
+from agentrl.actor import SingleActorConfig, check_launch, shards_on_load
 from agentrl.checkpoint import latest_checkpoint, read_state
 from agentrl.components import timed
-from agentrl.config import Config, ConfigError, SingleActorConfig, prompt_differences, save_config, save_prompt
-from agentrl.data import collect_expert_data, collect_judgment_data, read_chat_dataset
+from agentrl.config import Config, ConfigError
+from agentrl.data import collect_expert_data, read_chat_dataset
 from agentrl.envs import make_env
 from agentrl.envs.pool import EnvPool
 from agentrl.evaluate import evaluate
 from agentrl.files import write_atomic
+from agentrl.gcd.data import collect_judgment_data
 from agentrl.models import init_tiny_model, load_model, load_tokenizer, resolve_model
+from agentrl.prompting import prompt_differences, save_prompt
 from agentrl.provenance import Phases, config_settings, folder_fingerprint, plugin_fingerprints
+from agentrl.recipe import save_config
 from agentrl.sampler.hf import HFSampler
 from agentrl.sft import train_sft
 from agentrl.tracking import Tracker

@@ -9,8 +9,14 @@ lower-cased with white space folded. RLVMR's meta-reasoning tags (`<planning>`, 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from pydantic import BaseModel
+
+from agentrl.files import write_atomic
 
 if TYPE_CHECKING:
     from agentrl.envs.base import Observation
@@ -81,3 +87,22 @@ def parse_action(response: str, require_think: bool = True) -> str | None:
         return None
     action = " ".join(lower[start + 8:end].split())
     return action or None
+
+
+PROMPT_FILE = "agentrl_prompt.json"
+"""Beside a trained model's weights: the prompt settings it was trained with."""
+
+
+def save_prompt(prompt: BaseModel, model_dir: str | Path) -> None:
+    """Record the recipe's `prompt` section beside a trained model."""
+    write_atomic(Path(model_dir) / PROMPT_FILE, json.dumps(prompt.model_dump(mode="json"), indent=2))
+
+
+def prompt_differences(prompt: BaseModel, model_dir: str | Path) -> list[str]:
+    """The prompt settings in which `prompt` differs from those `model_dir` was trained with
+    (none when the folder does not say)."""
+    path = Path(model_dir) / PROMPT_FILE
+    if not path.is_file():
+        return []
+    trained = json.loads(path.read_text())
+    return [key for key, value in prompt.model_dump(mode="json").items() if key in trained and trained[key] != value]

@@ -111,6 +111,10 @@ class Registry:
             raise ValueError(f"{self.axis} {name!r} takes no settings")
         return entry.config.model_validate(data)
 
+    def make(self, name: str, **settings) -> BaseModel:
+        """The config section of entry `name` with `settings` (the rest at their defaults)."""
+        return self.config({self.key: name, **settings}, name)
+
     def field(self, default: str):
         """Annotation marker for a config field holding one of this registry's sections:
         `Annotated[Section, ADVANTAGES.field("grpo")]`."""

@@ -9,33 +9,14 @@ from pathlib import Path
 import torch
 
 from agentrl import distributed
-from agentrl.actor.batch import TrainSample, micro_batches
+from agentrl.actor import SingleActorConfig
+from agentrl.actor.batch import micro_batches
 from agentrl.checkpoint import checkpoint_dir, latest_checkpoint, read_state, save_checkpoint
-from agentrl.config import ConfigError, SingleActorConfig
-from agentrl.data import read_chat_dataset
+from agentrl.config import ConfigError
+from agentrl.data import encode_conversation, read_chat_dataset
 from agentrl.models import add_lora, export_model
-from agentrl.registry import ACTORS
 from agentrl.progress import plain_output, progress, set_stage
-
-
-def encode_conversation(tokenizer, messages: list[dict], prompt_weight: float = 0.0) -> TrainSample:
-    """Context through the chat template, then the final assistant turn + end-of-turn token.
-
-    The two parts are tokenised separately, exactly as at sampling time (prompt encoded, response
-    generated), so SFT trains the token sequences the sampler produces. Every trained token
-    carries a loss weight: 1 on the response, `prompt_weight` on the context (trained only when
-    > 0).
-    """
-    if messages[-1]["role"] != "assistant":
-        raise ValueError(f"the last message must be the assistant's, got {messages[-1]['role']!r}")
-    context = tokenizer.apply_chat_template(messages[:-1], tokenize=False, add_generation_prompt=True)
-    prompt_ids = tokenizer(context, add_special_tokens=False).input_ids
-    response_ids = tokenizer(messages[-1]["content"], add_special_tokens=False).input_ids
-    response_ids.append(tokenizer.eos_token_id)
-    if prompt_weight <= 0:
-        return TrainSample.from_turn(prompt_ids, response_ids, weight=[1.0] * len(response_ids))
-    return TrainSample(prompt_ids + response_ids, [False] + [True] * (len(prompt_ids) + len(response_ids) - 1),
-                       weight=[prompt_weight] * (len(prompt_ids) - 1) + [1.0] * len(response_ids))
+from agentrl.registry import ACTORS
 
 
 def sft_loss(actor, total_weight: float):

@@ -40,7 +40,7 @@ class Tracker:
                                     id=id_file.read_text(), resume="allow",
                                     config=config.model_dump(mode="json"), reinit="create_new")
         if config is not None and resume_step == 0:
-            from agentrl.config import config_yaml
+            from agentrl.recipe import config_yaml
             self.text("config", f"```yaml\n{config_yaml(config)}```", 0)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:

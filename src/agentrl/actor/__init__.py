@@ -6,11 +6,71 @@ head of an auxiliary loss)."""
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 import torch
+from pydantic import Field
 
-from agentrl.config import ConfigError, FSDP2ActorConfig, SingleActorConfig, ZeRO2ActorConfig, ZeRO3ActorConfig
+from agentrl.config import ConfigError, Section
 from agentrl.registry import ACTORS
+
+
+class LoRAConfig(Section):
+    """Train low-rank adapters (peft) instead of the full weights; the KL reference is the base
+    model with the adapters switched off (no second copy of the weights)."""
+
+    r: int = Field(16, ge=1)
+    """Adapter rank."""
+    alpha: float = Field(32.0, gt=0)
+    """Scale: the update is alpha / r x B A."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout on the adapters' input."""
+    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    """Linear layers that get adapters."""
+
+
+class _ActorConfig(Section):
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer's activations in backward (less memory, more compute)."""
+    lora: LoRAConfig | None = None
+    """LoRA adapters (needs `pip install 'agentrl[peft]'`)."""
+
+
+class SingleActorConfig(_ActorConfig):
+    """One process (CPU or one GPU)."""
+
+    backend: Literal["single"] = "single"
+    """Which actor trains the policy (the trainer is the same for all): single, fsdp2, zero2, zero3."""
+
+
+class _ShardedActorConfig(_ActorConfig):
+    """Sharded over the ranks of `torchrun` / `accelerate launch` (gloo on CPU, nccl on GPUs)."""
+
+    mixed_precision: bool = True
+    """On CUDA: bf16 compute, fp32 gradient reduction and master weights."""
+    cpu_offload: bool = False
+    """Keep parameters (fsdp2, zero3), gradients and optimizer state in CPU memory."""
+
+
+class FSDP2ActorConfig(_ShardedActorConfig):
+    """torch FSDP2 (`fully_shard`), each decoder layer its own unit."""
+
+    backend: Literal["fsdp2"] = "fsdp2"
+    """torch FSDP2."""
+
+
+class ZeRO2ActorConfig(_ShardedActorConfig):
+    """DeepSpeed ZeRO stage 2 (`pip install 'agentrl[deepspeed]'`)."""
+
+    backend: Literal["zero2"] = "zero2"
+    """DeepSpeed ZeRO-2."""
+
+
+class ZeRO3ActorConfig(_ShardedActorConfig):
+    """DeepSpeed ZeRO stage 3 (`pip install 'agentrl[deepspeed]'`)."""
+
+    backend: Literal["zero3"] = "zero3"
+    """DeepSpeed ZeRO-3."""
 
 
 @ACTORS.register("single", SingleActorConfig)

@@ -10,11 +10,38 @@ Pair with the `seq_ratio` policy loss (sequence-level ratio per action), as in t
 from __future__ import annotations
 
 import statistics
+from typing import Literal
 
-from agentrl.advantages.common import (Advantages, anchor_groups, anchor_size_metrics, discounted_returns, gae, normalize,
-                                       register, sample_std)
-from agentrl.config import GAGPOConfig
+from pydantic import Field
+
+from agentrl.advantages.common import (
+    Advantages,
+    anchor_groups,
+    anchor_size_metrics,
+    discounted_returns,
+    gae,
+    normalize,
+    register,
+    sample_std,
+)
+from agentrl.config import Section
 from agentrl.rollout.types import group_by_id
+
+
+class GAGPOConfig(Section):
+    """GAGPO: a grouped value proxy per anchor state and GAE over steps (use with `loss.type:
+    seq_ratio`)."""
+
+    type: Literal["gagpo"] = "gagpo"
+    """Estimator name in the registry."""
+    gamma: float = Field(0.95, ge=0, le=1)
+    """Discount of rewards over steps (the paper: 0.95; 1.0 degrades)."""
+    lam: float = Field(0.8, ge=0, le=1)
+    """GAE lambda (the paper's best: 0.8)."""
+    normalize_std: bool = True
+    """Divide by the rollout group's std after centring."""
+    eps: float = Field(1e-6, ge=0)
+    """Added to the std before dividing."""
 
 
 @register("gagpo", GAGPOConfig)

@@ -8,10 +8,39 @@ group whose raw observation is identical. A singleton anchor group gives A_step 
 
 from __future__ import annotations
 
-from agentrl.advantages.common import (Advantages, anchor_groups, anchor_size_metrics, discounted_returns, normalize,
-                                       register, sample_std)
-from agentrl.config import GiGPOConfig
+from typing import Literal
+
+from pydantic import Field
+
+from agentrl.advantages.common import (
+    Advantages,
+    anchor_groups,
+    anchor_size_metrics,
+    discounted_returns,
+    normalize,
+    register,
+    sample_std,
+)
+from agentrl.config import Section
 from agentrl.rollout.types import group_by_id
+
+
+class GiGPOConfig(Section):
+    """GiGPO: the episode advantage plus a step advantage from anchor states (identical states across
+    the group's rollouts, their discounted returns normalised within each anchor group)."""
+
+    type: Literal["gigpo"] = "gigpo"
+    """Estimator name in the registry."""
+    gamma: float = Field(0.95, ge=0, le=1)
+    """Discount of the step returns."""
+    step_weight: float = 1.0
+    """w in A = A_episode + w * A_step."""
+    step_std: bool = True
+    """Anchor-group normalisation: mean-std (True) or mean-only (False)."""
+    episode_std: bool = True
+    """Episode-level normalisation: mean-std (True) or mean-only (False)."""
+    eps: float = Field(1e-6, ge=0)
+    """Added to the std before dividing."""
 
 
 @register("gigpo", GiGPOConfig)

@@ -8,9 +8,26 @@ with a single sample (or zero spread without std division) gives advantage 0 the
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import Field
+
 from agentrl.advantages.common import Advantages, normalize, register, sample_std
-from agentrl.config import GRPOConfig
+from agentrl.config import Section
 from agentrl.rollout.types import group_by_id
+
+
+class GRPOConfig(Section):
+    """GRPO: each step's advantage is its episode return, normalised over the task group."""
+
+    type: Literal["grpo"] = "grpo"
+    """Estimator name in the registry."""
+    level: Literal["step", "trajectory"] = "step"
+    """step: mean/std over all step samples of the group (verl-agent); trajectory: over episodes."""
+    normalize_std: bool = True
+    """Divide by the group std (False gives Dr.GRPO-style mean-centring only)."""
+    eps: float = Field(1e-6, ge=0)
+    """Added to the std before dividing."""
 
 
 @register("grpo", GRPOConfig)

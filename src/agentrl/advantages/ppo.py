@@ -11,8 +11,40 @@ the baseline).
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import Field
+
 from agentrl.advantages.common import Advantages, gae, normalize, register
-from agentrl.config import PPOConfig
+from agentrl.config import Section
+
+
+class PPOConfig(Section):
+    """PPO with a learned critic (a separate value model, GAE over environment steps)."""
+
+    type: Literal["ppo"] = "ppo"
+    """Estimator name in the registry."""
+    gamma: float = Field(0.95, ge=0, le=1)
+    """Discount of rewards over steps."""
+    lam: float = Field(0.95, ge=0, le=1)
+    """GAE lambda."""
+    normalize: bool = True
+    """Whiten the advantages over the batch."""
+    eps: float = Field(1e-6, ge=0)
+    """Added to the std when whitening."""
+    critic_path: str | None = None
+    """The critic's starting model (a causal LM folder; its body is kept, a zero value head is
+    added). None: the actor's starting checkpoint."""
+    critic_lr: float = Field(1e-5, gt=0)
+    """Learning rate of the critic."""
+    critic_weight_decay: float = Field(0.01, ge=0)
+    """AdamW weight decay of the critic."""
+    critic_grad_clip: float = Field(1.0, gt=0)
+    """Gradient norm clip of the critic."""
+    critic_epochs: int = Field(1, ge=1)
+    """Passes of value regression over each rollout batch."""
+    value_clip: float = Field(0.2, gt=0)
+    """The new V may move at most this far from the rollout's V before the loss stops rewarding it."""
 
 
 def critic_components(config, ctx):

@@ -5,9 +5,18 @@ Every step gets its episode's advantage, minus the step's invalid-action penalty
 
 from __future__ import annotations
 
+from typing import Literal
+
 from agentrl.advantages.common import Advantages, register
-from agentrl.config import RLOOConfig
+from agentrl.config import Section
 from agentrl.rollout.types import group_by_id
+
+
+class RLOOConfig(Section):
+    """RLOO: the episode return minus the mean of the group's other episodes."""
+
+    type: Literal["rloo"] = "rloo"
+    """Estimator name in the registry."""
 
 
 @register("rloo", RLOOConfig)

@@ -17,12 +17,36 @@ same `level` / `normalize_std` settings. Steps without a meta tag get A_GRPO onl
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Literal
 
-from agentrl.config import RLVMRConfig
+from pydantic import Field
+
 from agentrl.advantages.common import Advantages, normalize, register
 from agentrl.advantages.grpo import grpo
+from agentrl.config import Section
 from agentrl.prompting import META_TAGS, reasoning_tag
 from agentrl.rollout.types import group_by_id
+
+
+class RLVMRConfig(Section):
+    """GRPO plus rule-checked rewards for RLVMR's meta-reasoning tags (see advantages/rlvmr.py)."""
+
+    type: Literal["rlvmr"] = "rlvmr"
+    """Estimator name in the registry."""
+    level: Literal["step", "trajectory"] = "step"
+    """The GRPO part, as for `grpo`."""
+    normalize_std: bool = True
+    """The GRPO part divides by the group std."""
+    eps: float = Field(1e-6, ge=0)
+    """Added to the std before dividing."""
+    meta_weight: float = 1.0
+    """Weight of the tag-normalised meta advantage added to the GRPO advantage."""
+    planning_reward: float = 1.0
+    """Meta reward of a <planning> step in a successful episode."""
+    explore_reward: float = 1.0
+    """Meta reward of an <explore> step that reaches a state new to the episode."""
+    reflection_reward: float = 1.0
+    """Meta reward of a <reflection> step that changes course after an ineffective one."""
 
 
 def meta_rewards(traj, config) -> list[tuple[str | None, float]]:

@@ -1,27 +1,13 @@
-"""Environments, registered by name with their config class (`agentrl.registry.ENVIRONMENTS`).
-
-The built-ins are registered by an entry-point string, so an engine's packages are imported only
-when a recipe uses it.
+"""Environments, registered by name with their config class (`agentrl.registry.ENVIRONMENTS`),
+each in its own package the way a plugin is written. An engine's own packages (ALFWorld,
+ScienceWorld) are imported only when an environment of it is built.
 """
 
 from __future__ import annotations
 
-from agentrl.config import AlfWorldEnvConfig, HouseholdEnvConfig, LatencyEnvConfig, ScienceWorldEnvConfig
-from agentrl.envs.base import Environment, Observation, StepResult
-from agentrl.envs.testbed.env import TestbedConfig
+from agentrl.envs.base import Environment, Observation, StepResult, make_env
 from agentrl.registry import ENVIRONMENTS
 
-ENVIRONMENTS.register("household", HouseholdEnvConfig, "agentrl.envs.household:HouseholdEnv")
-ENVIRONMENTS.register("alfworld", AlfWorldEnvConfig, "agentrl.envs.alfworld:AlfWorldEnv")
-ENVIRONMENTS.register("scienceworld", ScienceWorldEnvConfig, "agentrl.envs.scienceworld:ScienceWorldEnv")
-ENVIRONMENTS.register("latency", LatencyEnvConfig, "agentrl.envs.latency:LatencyEnv")
-ENVIRONMENTS.register("testbed", TestbedConfig, "agentrl.envs.testbed:TestbedEnv")
-
-
-def make_env(config) -> Environment:
-    """Build the environment a config section names (its `type`), passing the other fields."""
-    fields = {name: getattr(config, name) for name in type(config).model_fields if name != "type"}
-    return ENVIRONMENTS.get(config.type)(**fields)
-
+from agentrl.envs import alfworld, household, latency, scienceworld, testbed  # noqa: E402,F401  (they register)
 
 __all__ = ["ENVIRONMENTS", "Environment", "Observation", "StepResult", "make_env"]

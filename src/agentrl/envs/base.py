@@ -11,6 +11,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from agentrl.registry import ENVIRONMENTS
+
 
 @dataclass
 class Observation:
@@ -72,3 +74,9 @@ def sample_tasks(env: Environment, split: str, n: int, rng: random.Random) -> li
     """n task ids drawn with replacement from a split."""
     tasks = env.split_tasks(split)
     return [tasks[rng.randrange(len(tasks))] for _ in range(n)]
+
+
+def make_env(config) -> Environment:
+    """Build the environment a config section names (its `type`), passing the other fields."""
+    fields = {name: getattr(config, name) for name in type(config).model_fields if name != "type"}
+    return ENVIRONMENTS.get(config.type)(**fields)

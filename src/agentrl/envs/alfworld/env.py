@@ -12,10 +12,33 @@ step on the heat/cool games).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from agentrl.envs.alfworld.games import (L2_TYPES, TASK_TYPES, eval_order, game_file, list_games,
-                                         resolve_data, task_type)
+from pydantic import Field
+
+from agentrl.config import Section
+from agentrl.envs.alfworld.games import L2_TYPES, TASK_TYPES, eval_order, game_file, list_games, resolve_data, task_type
 from agentrl.envs.base import NoExpertMove, Observation, StepResult
+from agentrl.registry import ENVIRONMENTS
+
+
+class AlfWorldEnvConfig(Section):
+    """ALFWorld 0.4.2 (TextWorld engine; `pip install agentrl[alfworld]`). Splits: train, L0 =
+    valid_seen, L1 = valid_unseen, L2 = cool and pick-two games of valid_unseen."""
+
+    type: Literal["alfworld"] = "alfworld"
+    """Environment name in the registry."""
+    data: str | None = None
+    """Game data: a folder holding json_2.1.1/ (alfworld-download layout) or the slim archive
+    (unpacked once into $AGENTRL_CACHE, default ~/.cache/agentrl); None reads $ALFWORLD_DATA."""
+    max_steps: int = Field(50, ge=1)
+    """Step limit (50; 30 in the RLVMR / GCD protocol)."""
+    train_task_types: list[str] | None = None
+    """Task types of the train split (None: all six). For the L2 protocol, the four types other
+    than pick_cool_then_place_in_recep and pick_two_obj_and_place."""
+    expert: Literal["planner", "handcoded"] = "planner"
+    """Expert for SFT data: the PDDL planner (exact) or ALFWorld's hand-coded agent (fails some)."""
+
 
 SUCCESS_REWARD = 10.0
 NOTHING = "Nothing happens."
@@ -38,6 +61,7 @@ def expert_thought(action: str) -> str:
             "use": "I turn on the light to look at the object."}.get(verb, f"Next I {verb} it.")
 
 
+@ENVIRONMENTS.register("alfworld", AlfWorldEnvConfig)
 class AlfWorldEnv:
     def __init__(self, data: str | None = None, max_steps: int = 50,
                  train_task_types: list[str] | None = None, expert: str = "planner"):

@@ -7,10 +7,49 @@ The agent holds at most one object; closed receptacles hide their contents.
 
 from __future__ import annotations
 
+from typing import Literal
 
+from pydantic import Field
+
+from agentrl.config import Section
 from agentrl.envs.base import NoExpertMove, Observation, StepResult
-from agentrl.envs.household.world import (APPLIANCES, DESK, DIFFICULTIES, FLAG_APPLIANCE, LAMP,
-                                          REQUIRED_FLAG, SPLITS, Task, make_task, receptacle_kind)
+from agentrl.envs.household.world import (
+    APPLIANCES,
+    DESK,
+    DIFFICULTIES,
+    FLAG_APPLIANCE,
+    LAMP,
+    REQUIRED_FLAG,
+    SPLITS,
+    Task,
+    make_task,
+    receptacle_kind,
+)
+from agentrl.registry import ENVIRONMENTS
+
+
+class HouseholdEnvConfig(Section):
+    """The built-in household environment (pure Python, ALFWorld-like tasks with an exact expert)."""
+
+    type: Literal["household"] = "household"
+    """Environment name in the registry."""
+    difficulty: Literal["easy", "medium", "hard"] = "easy"
+    """Room size, closed containers and distractors; sets the default step limit."""
+    seen_layouts: int = Field(40, ge=1)
+    """Layouts of the train and L0 splits."""
+    unseen_layouts: int = Field(20, ge=1)
+    """Layouts of the L1 and L2 splits (never seen in training)."""
+    train_size: int = Field(5000, ge=1)
+    """Number of distinct training tasks."""
+    eval_size: int = Field(100, ge=1)
+    """Tasks in each of L0, L1, L2."""
+    max_steps: int | None = Field(None, ge=1)
+    """Step limit per episode; None takes the difficulty's default."""
+    object_variety: int | None = Field(None, ge=1)
+    """Object kinds per category (food, dishes, utensils, items); None: all 31 kinds."""
+    surface_variety: int | None = Field(None, ge=6)
+    """Surface kinds rooms draw from (first N of 12); None: all."""
+
 
 SUCCESS_REWARD = 10.0
 NOTHING = "Nothing happens."
@@ -24,6 +63,7 @@ def _listing(items: list[str]) -> str:
     return named[0] if len(named) == 1 else ", ".join(named[:-1]) + f", and {named[-1]}"
 
 
+@ENVIRONMENTS.register("household", HouseholdEnvConfig)
 class HouseholdEnv:
     def __init__(self, difficulty: str = "easy", seen_layouts: int = 40, unseen_layouts: int = 20,
                  train_size: int = 5000, eval_size: int = 100, max_steps: int | None = None,

@@ -10,15 +10,39 @@ from __future__ import annotations
 import math
 import random
 import time
+from typing import Annotated, Literal
 
-from agentrl.envs.base import Observation, StepResult
+from pydantic import Field
+
+from agentrl.config import Section
+from agentrl.envs.base import Observation, StepResult, make_env
+from agentrl.registry import ENVIRONMENTS
 
 
+class LatencyEnvConfig(Section):
+    """Another environment behind a simulated log-normal latency per reset and step (for
+    studying rollout scheduling; results are the wrapped environment's)."""
+
+    type: Literal["latency"] = "latency"
+    """Environment name in the registry."""
+    inner: Annotated[Section, ENVIRONMENTS.field("household")] = Field(default_factory=lambda: ENVIRONMENTS.make("household"))
+    """The wrapped environment's section."""
+    step_median_s: float = Field(0.05, ge=0)
+    """Median delay of a step (0: none)."""
+    step_sigma: float = Field(1.0, ge=0)
+    """Log-normal shape of the step delay (0: constant; 1: the slowest of 128 is ~10x the median)."""
+    reset_median_s: float = Field(0.0, ge=0)
+    """Median delay of a reset (0: none)."""
+    reset_sigma: float = Field(0.0, ge=0)
+    """Log-normal shape of the reset delay."""
+    max_s: float = Field(10.0, gt=0)
+    """Cap on any one delay."""
+
+
+@ENVIRONMENTS.register("latency", LatencyEnvConfig)
 class LatencyEnv:
     def __init__(self, inner, step_median_s: float = 0.05, step_sigma: float = 1.0, reset_median_s: float = 0.0,
                  reset_sigma: float = 0.0, max_s: float = 10.0):
-        from agentrl.envs import make_env
-
         self.inner = make_env(inner)
         self.max_steps = self.inner.max_steps
         self.delays = {"step": (step_median_s, step_sigma), "reset": (reset_median_s, reset_sigma)}

@@ -25,9 +25,39 @@ import logging
 import os
 import subprocess
 from pathlib import Path
+from typing import Literal
 
-from agentrl.config import ConfigError
+from pydantic import Field
+
+from agentrl.config import ConfigError, Section
 from agentrl.envs.base import NoExpertMove, Observation, StepResult
+from agentrl.registry import ENVIRONMENTS
+
+
+class ScienceWorldEnvConfig(Section):
+    """ScienceWorld (`pip install agentrl[scienceworld]`, needs Java 11+), RLVMR splits."""
+
+    type: Literal["scienceworld"] = "scienceworld"
+    """Environment name in the registry."""
+    splits_dir: str | None = None
+    """Folder holding L0_idx.json, L1_idx.json, L2_idx.json ({"train": [[task, variation], ...],
+    "test": [...]}); the L0/L1/L2 evaluation splits are their "test" lists."""
+    train_split: Literal["l0", "l1", "l2"] = "l0"
+    """Whose "train" list is the train split (L0 and L1 share one; L2 holds out 10 task types)."""
+    max_steps: int = Field(30, ge=1)
+    """Step limit per episode."""
+    simplification: str = "easy"
+    """ScienceWorld simplification string (comma-separated; "" for none)."""
+    jvm_heap: str = "512m"
+    """-Xmx of each environment's JVM (one JVM per environment)."""
+    objects_budget: int = Field(1500, ge=100)
+    """Characters of the objects-in-view list in a prompt (longer lists are cut)."""
+    valid_actions: bool = False
+    """List the engine's valid actions in every observation (`admissible_actions`; prompts do
+    not show them). Costs ~8 ms of more than one core a step: ~100 steps/s instead of ~600."""
+    jvm_options: str = ""
+    """Extra JVM options of each environment's JVM (e.g. "-XX:ActiveProcessorCount=1")."""
+
 
 NOT_UNDERSTOOD = "No known action matches that input."
 SPLIT_FILES = {"l0": "L0_idx.json", "l1": "L1_idx.json", "l2": "L2_idx.json"}
@@ -44,6 +74,7 @@ def read_split(path: Path, part: str) -> list[tuple[int, int]]:
         raise ConfigError(f"{path}: expected {{'train': [[task, variation], ...], 'test': [...]}} ({err!r})") from None
 
 
+@ENVIRONMENTS.register("scienceworld", ScienceWorldEnvConfig)
 class ScienceWorldEnv:
     def __init__(self, splits_dir: str | None = None, train_split: str = "l0", max_steps: int = 30,
                  simplification: str = "easy", jvm_heap: str = "512m", objects_budget: int = 1500,

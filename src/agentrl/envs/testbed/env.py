@@ -28,6 +28,7 @@ from pydantic import Field
 
 from agentrl.config import Section
 from agentrl.envs.base import NoExpertMove, Observation, StepResult
+from agentrl.registry import ENVIRONMENTS
 
 COLOURS = ["red", "blue", "green", "yellow", "white", "black", "orange", "purple"]
 SEEN_GOALS, HELD_OUT_GOALS = COLOURS[:6], COLOURS[6:]
@@ -101,6 +102,7 @@ def _corridor(task_id: str, horizon: int, doors: int, hint_rate: float, distract
     return Corridor(goal, tuple(rooms), key_room, keys)
 
 
+@ENVIRONMENTS.register("testbed", TestbedConfig)
 class TestbedEnv:
     def __init__(self, **fields):
         self.config = TestbedConfig(**fields)
