@@ -318,6 +318,8 @@ MUTANTS = [
     Mutant("docs: the tables of the docs pages are never checked", "benchmarks/readme_tables.py",
            'return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]', 'return [root / "README.md"]',
            ["test_readme_tables.py"]),
+    Mutant("stats: the t-interval takes the normal quantile (too narrow at few seeds)", "src/agentrl/stats.py",
+           "stats.t.ppf(0.5 + confidence / 2, len(values) - 1)", "stats.norm.ppf(0.5 + confidence / 2)", COMPARE),
     Mutant("registry: a default section is the first entry's, not the named one's", "src/agentrl/registry.py",
            "return self.config({self.key: name, **settings}, name)",
            "return self.config({**settings}, self.names()[0])", ["test_config.py"]),

@@ -55,6 +55,18 @@ def test_detectable_difference_by_hand():
     assert stats.detectable_difference(parts, needed) <= 0.05 < stats.detectable_difference(parts, needed - 1)
 
 
+def test_t_interval_by_hand_and_wider_than_the_bootstrap_at_five_seeds():
+    # randkey's GiGPO - GRPO on L0 per seed (points): mean 7.2, sd 5.98; t_.975,4 = 2.7764.
+    diffs = [0.11, 0.07, 0.10, 0.11, -0.03]
+    half = 2.7764 * np.std(diffs, ddof=1) / math.sqrt(5)
+    assert stats.t_interval(diffs) == pytest.approx((0.072 - half, 0.072 + half), abs=1e-4)
+    low, high = stats.interval(diffs)
+    assert stats.t_interval(diffs)[0] < low and high < stats.t_interval(diffs)[1]
+    assert stats.t_pvalue(diffs) == pytest.approx(scipy_stats.ttest_1samp(diffs, 0).pvalue)
+    assert 0.05 < stats.t_pvalue(diffs) < 0.06  # the bootstrap excludes 0, the t-test does not
+    assert stats.t_interval([0.03] * 5) == (0.03, 0.03) and stats.t_pvalue([0.03] * 5) is None
+
+
 # --- pairing ---------------------------------------------------------------------------------------
 def _runs(rates_by_seed: dict[int, float], bonus: int = 0, tasks: int = 100) -> list[Run]:
     """Runs whose task t succeeds when t < rate * tasks (+ `bonus` more tasks)."""

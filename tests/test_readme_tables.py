@@ -50,7 +50,8 @@ def test_the_testbed_report_is_written_from_its_result_files(tmp_path):
     coldstart = {"set": "env.delay=4", "sft": {"l0": {"success": 0.35}}}
     (tmp_path / "testbed-x-coldstart.json").write_text(json.dumps(coldstart))
     line = table(tmp_path).splitlines()[2]
-    assert "| x | `env.delay=4` | L0 | 35 | 40.0 [30.0, 50.0] | gigpo - grpo: -10.0 [-20.0, -5.0]* (8) | 2 |" == line
+    assert "| x | `env.delay=4` | L0 | 35 | 40.0 [30.0, 50.0] | gigpo - grpo: -10.0 [-20.0, -5.0]* t [-73.5, +53.5] (8) | 2 |" == line
+    # the t-interval from the per-seed differences, oriented too: -0.1 +- t_.975,1 x 0.0707 / sqrt(2)
     summary["methods"]["gigpo"]["l0"] = {**base, "judge_accuracy": 0.625}
     (tmp_path / "testbed-x.json").write_text(json.dumps(summary))
     assert "(8)<br>judge accuracy (%, chance 50): gigpo 62 |" in table(tmp_path)

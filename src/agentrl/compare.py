@@ -183,6 +183,7 @@ def paired(a: list[Run], b: list[Run], splits: list[str], scale_seeds=(5, 10, 20
 
         out[split] = {
             "difference": mean, "ci95": stats.interval(diffs), "per_seed": diffs,
+            "t_ci95": stats.t_interval(diffs), "t_p": stats.t_pvalue(diffs),
             "p_improvement": stats.probability_of_improvement(xs, ys),
             "p_improvement_ci95": stats.improvement_interval(xs, ys),
             "seeds_a_better": sum(d > 0 for d in diffs), "seeds_tied": sum(d == 0 for d in diffs),
@@ -229,9 +230,9 @@ def markdown(summary: dict) -> str:
     lines += ["", "Paired differences (points; same seeds, same evaluation tasks). P(A>B): probability of "
               "improvement with its 95% interval; MDD: the smallest difference these seeds detect with 80% power "
               "(two-sided 5% paired t-test), and at more seeds or 4x the evaluation episodes.", "",
-              "| A - B | split | seeds | difference [95% CI] | P(A>B) | A better | sd: seeds / eval | MDD | MDD at "
-              "5 / 10 / 20 seeds | MDD at 4x episodes | seeds to detect observed / 5 pts |",
-              "|---" * 11 + "|"]
+              "| A - B | split | seeds | difference [95% CI] | t-interval [95%], p | P(A>B) | A better | "
+              "sd: seeds / eval | MDD | MDD at 5 / 10 / 20 seeds | MDD at 4x episodes | seeds to detect observed / 5 pts |",
+              "|---" * 12 + "|"]
     for pair, p in summary["pairs"].items():
         for s in splits:
             if s not in p:
@@ -240,15 +241,21 @@ def markdown(summary: dict) -> str:
             at = " / ".join(_pts(v) for v in r["mdd_at_seeds"].values())
             need = " / ".join(str(v) if v is not None else "-" for v in r["seeds_to_detect"].values())
             excl = " *" if len(p["seeds"]) > 1 and (r["ci95"][0] > 0 or r["ci95"][1] < 0) else ""
+            t_excl = " *" if len(p["seeds"]) > 1 and (r["t_ci95"][0] > 0 or r["t_ci95"][1] < 0) else ""
+            t_p = "-" if r["t_p"] is None else f"{r['t_p']:.3f}"
             lines.append(f"| {pair} | {s.upper()} | {len(p['seeds'])} | {_pts(r['difference'])} "
-                         f"[{_pts(r['ci95'][0])}, {_pts(r['ci95'][1])}]{excl} | {r['p_improvement']:.2f} "
+                         f"[{_pts(r['ci95'][0])}, {_pts(r['ci95'][1])}]{excl} | [{_pts(r['t_ci95'][0])}, "
+                         f"{_pts(r['t_ci95'][1])}]{t_excl}, {t_p} | {r['p_improvement']:.2f} "
                          f"[{r['p_improvement_ci95'][0]:.2f}, {r['p_improvement_ci95'][1]:.2f}] | "
                          f"{r['seeds_a_better']}/{len(p['seeds'])} | {_pts(r['between_seeds_sd'])} / "
                          f"{_pts(r['within_eval_sd'])} | {_pts(r['mdd'])} | {at} | {_pts(r['mdd_at_4x_episodes'])} "
                          f"| {need} |")
-    lines += ["", "`*`: the interval excludes 0 (two seeds or more). MDD `-`: no spread was measured to size it by "
-              "(one seed, or every seed gave the same difference). sd: the spread of the paired difference from training (between "
-              "seeds) and from evaluating on finitely many episodes (within a seed)."]
+    lines += ["", "`*`: the interval excludes 0 (two seeds or more). The difference's interval is the percentile "
+              "bootstrap over seeds; the t-interval (paired t-test, p its two-sided p-value) is wider at few seeds, "
+              "where the bootstrap covers less than 95%: report an ordering when both exclude 0. MDD `-`: no spread "
+              "was measured to size it by (one seed, or every seed gave the same difference). sd: the spread of the "
+              "paired difference from training (between seeds) and from evaluating on finitely many episodes "
+              "(within a seed)."]
     return "\n".join(lines) + "\n"
 
 
