@@ -278,3 +278,30 @@ def test_make_targets_run_a_recipes_phases(tmp_path):
     assert rc == 2 and "make eval: give CHECKPOINT=" in out
     rc, out = make("plan", "GPUS=2", "GPU_MEMORY=16", "SET=rl.actor.backend=fsdp2")
     assert rc == 0 and "2 GPU(s) of 16 GiB" in out and "rl (fsdp2)" in out, out[-3000:]
+
+
+def test_data_from_a_recipe_without_sft_or_rl_sections(tmp_path, capsys):
+    """`agentrl data` needs only the environment and the prompt: a recipe with neither an `sft` nor
+    an `rl` section collects the expert's episodes (it failed with a traceback)."""
+    path = tmp_path / "env-only.yaml"
+    path.write_text(yaml.safe_dump({"run_dir": str(tmp_path / "run"), "env": {"type": "household", "max_steps": 10},
+                                    "prompt": {"template": COMPACT, "history_length": 1}}))
+    out = tmp_path / "expert.jsonl"
+    assert main(["data", str(path), "--out", str(out), "--episodes", "3"]) == 0
+    stats = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows and len({r["task_id"] for r in rows}) == 3 and stats["episodes"] == 3
+
+
+def test_the_initial_evaluation_can_be_skipped_and_added_later(tmp_path, capsys):
+    path = recipe(tmp_path, eval={"episodes": 2, "initial": False})
+    assert main(["run", str(path)]) == 0
+    run = tmp_path / "run"
+    assert list(json.loads((run / "summary.json").read_text())["phases"]) == ["sft", "rl"]
+    assert not (run / "eval" / "initial").exists()
+    capsys.readouterr()
+    assert main(["run", str(path), "--set", "eval.initial=true"]) == 0  # adds it; nothing else is redone
+    out = capsys.readouterr().out
+    for phase in ("sft", "eval sft", "eval rl"):
+        assert f"phase {phase}: done earlier with the same settings, reused" in out, out
+    assert list(json.loads((run / "summary.json").read_text())["phases"]) == ["initial", "sft", "rl"]

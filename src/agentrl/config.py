@@ -337,6 +337,9 @@ class EvalConfig(Section):
     max_aborted_share: float = Field(0.5, ge=0, le=1)
     """A split on which more than this share of the episodes aborted (or none finished) is an
     error, never a result."""
+    initial: bool = True
+    """Evaluate the starting model before SFT (false skips it: a random-init model scores 0, and on
+    a real engine every one of its episodes runs to the step limit)."""
 
 
 class Config(Section):

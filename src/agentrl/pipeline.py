@@ -26,7 +26,7 @@ from agentrl import distributed
 from agentrl.actor import SingleActorConfig, check_launch, shards_on_load
 from agentrl.checkpoint import latest_checkpoint, read_state
 from agentrl.components import timed
-from agentrl.config import Config, ConfigError
+from agentrl.config import Config, ConfigError, SFTConfig
 from agentrl.data import collect_expert_data, read_chat_dataset
 from agentrl.envs import make_env
 from agentrl.envs.pool import EnvPool
@@ -52,8 +52,8 @@ RL_CONTINUABLE = ("rl.steps", "rl.eval_every", "rl.save_every", "rl.keep_last", 
 """RL settings that do not change what the steps already taken did."""
 SFT_CONTINUABLE = ("sft.save_every",)
 """SFT settings that do not change what the steps taken did."""
-EVAL_GUARDS = ("eval.max_aborted_share",)
-"""Evaluation settings that decide only whether a result is an error."""
+EVAL_GUARDS = ("eval.max_aborted_share", "eval.initial")
+"""Evaluation settings that do not change a result (whether it is an error, whether it is made)."""
 
 
 def _replace(tmp: Path, final: Path) -> None:
@@ -81,10 +81,11 @@ def expert_data(config: Config, out: str | Path, episodes: int, judgments: int =
     """Expert episodes (and GCD judgment examples) of the recipe's environment as a JSONL chat dataset."""
     out = Path(out)
     tmp = out.with_name(out.name + ".tmp")
+    sft_config = config.sft or SFTConfig()  # a recipe without an SFT phase: the expert's data as it plays
     env = make_env(config.env)
     try:
-        stats = collect_expert_data(env, config.prompt, episodes, tmp, config.seed, split, config.sft.detours,
-                                    config.sft.keep_failed)
+        stats = collect_expert_data(env, config.prompt, episodes, tmp, config.seed, split, sft_config.detours,
+                                    sft_config.keep_failed)
         if judgments:
             stats.update(collect_judgment_data(env, config.prompt, judgments, tmp, config.seed))
     finally:
@@ -192,7 +193,7 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
     if plan["train_rl"]:
         with timed(seconds, "rl"):  # with its evaluations
             results["rl"] = train_rl(config, plan["model_path"], Path(config.run_dir) / "rl", resume=True,
-                                     baseline=results.get("sft", results["initial"]))
+                                     baseline=results.get("sft", results.get("initial")))
     if not distributed.is_main():
         distributed.shutdown()
         return {}
@@ -242,7 +243,8 @@ def _until_sft(config: Config, restart: bool) -> dict:
             phases.complete("init", settings)
     upstream = {"model.path": model_path, "model.fingerprint": folder_fingerprint(model_path),
                 "model.dtype": config.model.dtype, **plugins}
-    results = {"initial": _eval_phase(config, phases, "initial", model_path, upstream, seconds)}
+    results = {"initial": _eval_phase(config, phases, "initial", model_path, upstream, seconds)} \
+        if config.eval.initial else {}
     plan = {"results": results, "seconds": seconds, "model_path": model_path, "upstream": upstream,
             "train_sft": False}
     if config.sft is None:
@@ -311,17 +313,17 @@ def _phases(run_dir: Path) -> Phases:
 def _phase_log(config: Config, now: dict[str, float], results: dict[str, dict]) -> dict[str, float]:
     """Seconds per phase, the phases run now merged into those of earlier runs of the folder (a
     reused phase keeps its time), written with each phase's evaluation to run_dir/logs: scalars
-    phase_s/<phase> at step 0 and phase_eval/<split>/success at step 0, 1, 2 for the initial,
-    post-SFT and post-RL models. Returns the seconds."""
+    phase_s/<phase> and phase_eval/<split>/success at step 0, 1, 2 for the initial,
+    post-SFT and post-RL models (the first one evaluated also carries the times). Returns the seconds."""
     run_dir = Path(config.run_dir)
     path = run_dir / "logs" / "phase_seconds.json"
     seconds = {**(json.loads(path.read_text()) if path.exists() else {}), **now}
     shutil.rmtree(run_dir / "logs", ignore_errors=True)  # written anew: one point per phase
     tracker = Tracker(run_dir / "logs", config=config, name="phases")
-    for index, split_results in enumerate(results.values()):
+    for number, (phase, split_results) in enumerate(results.items()):
         metrics = {f"phase_eval/{split}/success": r["success"] for split, r in split_results.items()}
-        tracker.log(index, {**({f"phase_s/{name}": value for name, value in seconds.items()} if index == 0 else {}),
-                            **metrics})
+        times = {f"phase_s/{name}": value for name, value in seconds.items()} if number == 0 else {}
+        tracker.log(("initial", "sft", "rl").index(phase), {**times, **metrics})
     tracker.close()
     write_atomic(path, json.dumps(seconds, indent=2))
     return seconds
