@@ -10,7 +10,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: help demo demo-seeds docs lock testbed testbed-gcd test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
+.PHONY: help demo demo-seeds docs lock alfworld-cpu testbed testbed-gcd test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
 	pipeline sft rl eval plan
 
 help:  ## this list
@@ -86,6 +86,17 @@ $(VLLM_STAMP): pyproject.toml constraints-vllm.txt
 	touch $(VLLM_STAMP)
 
 vllm-env: $(VLLM_STAMP)
+
+# The real engines on CPU: one seed of the whole pipeline (SEED=k), from expert data made once for
+# every seed (remade when the recipe changes). One seed: within an hour on 2 cores.
+SEED ?= 0
+ALFWORLD_CPU := runs/alfworld-cpu
+$(ALFWORLD_CPU)/expert.jsonl: recipes/alfworld-cpu.yaml | $(STAMP)
+	$(VENV)/bin/agentrl data recipes/alfworld-cpu.yaml --out $@ --episodes 200
+
+alfworld-cpu: $(ALFWORLD_CPU)/expert.jsonl  ## one seed (SEED=k) of the pipeline on real ALFWorld: init -> SFT -> eval -> GRPO -> eval
+	$(VENV)/bin/agentrl run recipes/alfworld-cpu.yaml --set seed=$(SEED) --set run_dir=$(ALFWORLD_CPU)/seed$(SEED) \
+		--set model.path=$(ALFWORLD_CPU)/seed$(SEED)/model-init $(OVERRIDES)
 
 # The documentation site (docs/, MkDocs Material): the reference pages regenerated from the code,
 # then built into site/ with warnings (broken links, missing pages) as errors. The suite builds it too.

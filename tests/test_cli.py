@@ -286,7 +286,7 @@ def test_data_from_a_recipe_without_sft_or_rl_sections(tmp_path, capsys):
     path = tmp_path / "env-only.yaml"
     path.write_text(yaml.safe_dump({"run_dir": str(tmp_path / "run"), "env": {"type": "household", "max_steps": 10},
                                     "prompt": {"template": COMPACT, "history_length": 1}}))
-    out = tmp_path / "expert.jsonl"
+    out = tmp_path / "data" / "expert.jsonl"  # its folder is made
     assert main(["data", str(path), "--out", str(out), "--episodes", "3"]) == 0
     stats = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     rows = [json.loads(line) for line in out.read_text().splitlines()]

@@ -80,6 +80,7 @@ def make_tiny_model(config: Config, out: str | Path) -> Path:
 def expert_data(config: Config, out: str | Path, episodes: int, judgments: int = 0, split: str = "train") -> dict:
     """Expert episodes (and GCD judgment examples) of the recipe's environment as a JSONL chat dataset."""
     out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     sft_config = config.sft or SFTConfig()  # a recipe without an SFT phase: the expert's data as it plays
     env = make_env(config.env)
