@@ -325,6 +325,8 @@ MUTANTS = [
     Mutant("pipeline: skipping the initial evaluation counts as a changed evaluation setting",
            "src/agentrl/pipeline.py", 'EVAL_GUARDS = ("eval.max_aborted_share", "eval.initial")',
            'EVAL_GUARDS = ("eval.max_aborted_share",)', ["test_cli.py"]),
+    Mutant("config: a default changed when its class moved (GAGPO's lambda)", "src/agentrl/advantages/gagpo.py",
+           "lam: float = Field(0.8, ge=0, le=1)", "lam: float = Field(0.9, ge=0, le=1)", ["test_config.py"]),
     Mutant("registry: a default section is the first entry's, not the named one's", "src/agentrl/registry.py",
            "return self.config({self.key: name, **settings}, name)",
            "return self.config({**settings}, self.names()[0])", ["test_config.py"]),
