@@ -34,6 +34,16 @@ class UndocumentedField(ValueError):
     pass
 
 
+def built_ins(registry: Registry) -> list[str]:
+    """The registry's names that agentrl itself registers (plugins loaded in this process, from
+    --import or installed entry points, are theirs to document)."""
+    def ours(name: str) -> bool:
+        entry = registry.entry(name)
+        owner = entry.config if entry.config is not None else registry.get(name)
+        return getattr(owner, "__module__", "").split(".")[0] == "agentrl"
+    return [name for name in registry.names() if ours(name)]
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -120,7 +130,7 @@ def config_page() -> str:
         parts.append(_table(prefix or "(top level)", model.__doc__ if model is not Config else None, rows))
         queue.extend(nested)
     for title, where, registry in AXES:
-        entries = [(name, registry.entry(name)) for name in registry.names()]
+        entries = [(name, registry.entry(name)) for name in built_ins(registry)]
         entries = [(name, entry) for name, entry in entries if entry.config is not None]
         if not entries:
             continue
@@ -185,7 +195,7 @@ def registry_page() -> str:
              "group `agentrl.plugins`) adds names the same way (see the plugins guide).\n"]
     for title, where, registry in AXES:
         rows = []
-        for name in registry.names():
+        for name in built_ins(registry):
             entry = registry.entry(name)
             target = registry.get(name)
             module = getattr(target, "__module__", "?")

@@ -315,6 +315,8 @@ MUTANTS = [
     # --- documentation and built-ins as plugins ----------------------------------------------------
     Mutant("docs: a config field without a docstring goes into the reference", "docs/gen_reference.py",
            "if not field.description:", "if False:", ["test_docs.py"]),
+    Mutant("docs: the reference lists the plugins loaded in the generating process", "docs/gen_reference.py",
+           "return [name for name in registry.names() if ours(name)]", "return registry.names()", ["test_docs.py"]),
     Mutant("docs: the tables of the docs pages are never checked", "benchmarks/readme_tables.py",
            'return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]', 'return [root / "README.md"]',
            ["test_readme_tables.py"]),

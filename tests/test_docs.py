@@ -73,6 +73,21 @@ def test_the_reference_pages_are_generated_from_the_code(tmp_path):
     assert gen_reference(["--check", "--out", str(tmp_path)]) == 1  # a stale page is seen
 
 
+def test_the_reference_lists_built_ins_only_whatever_plugins_are_loaded(tmp_path):
+    from typing import Literal
+
+    from agentrl.registry import ADVANTAGES
+
+    class StrayConfig(Section):
+        type: Literal["stray"] = "stray"
+
+    ADVANTAGES.register("stray", StrayConfig, target=lambda trajectories, config: None)
+    try:
+        assert gen_reference(["--check"]) == 0  # an undocumented plugin changes nothing
+    finally:
+        ADVANTAGES._entries.pop("stray")
+
+
 def test_a_field_without_a_docstring_is_refused():
     class Documented(Section):
         a: int = 1
