@@ -6,6 +6,8 @@ import yaml
 from agentrl.config import ConfigError
 from agentrl.recipe import config_yaml, load_config, save_config, validate_config
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def write(tmp_path, text):
     path = tmp_path / "recipe.yaml"
@@ -130,15 +132,33 @@ def test_the_default_sections_are_the_built_in_entries_beside_their_implementati
 
 SAVED = Path(__file__).resolve().parent / "data" / "saved-configs"
 ADDED_SINCE = {("eval", "initial"): True}  # fields added after these files were saved, at their defaults
+VARIANTS = {  # demo-NAME.yaml: recipes/demo.yaml with these overrides
+    "gcd-external": ["rl.aux=[{type: gcd, labels: [rules, llm], external: {base_url: 'http://127.0.0.1:9/v1', "
+                     "model: m}, correction: {every: 5}}, {type: chat_sft, data: x.jsonl}]"],
+    "variants": ["env={type: latency, inner: {type: testbed}}", "rl.env_pool={backend: ray, workers: 2}",
+                 "rl.actor={backend: fsdp2, lora: {r: 4}}", "rl.sampler={type: vllm, kv_cache_gib: 1}",
+                 "rl.loss={type: seq_ratio}", "rl.advantage={type: gagpo}"],
+    "ppo-nthr": ["rl.advantage={type: ppo}", "rl.nthr={tau: 1.0}", "env={type: scienceworld}",
+                 "sft.actor={backend: zero3}"],
+}
+
+
+def _settings(config) -> dict:
+    data = yaml.safe_load(config_yaml(config))
+    for (section, field), default in ADDED_SINCE.items():
+        assert data[section].pop(field) == default
+    return data
 
 
 @pytest.mark.parametrize("saved", sorted(SAVED.glob("*.yaml")), ids=lambda p: p.stem)
-def test_configs_saved_before_the_built_ins_moved_load_as_they_were(saved):
+def test_recipes_and_saved_configs_load_as_before_the_built_ins_moved(saved):
     """config.yaml files written by the code before each built-in's config class moved beside its
-    implementation (commit c7bbcd7: every recipe, and the variants of every axis) load into the
-    same settings."""
+    implementation (commit c7bbcd7: every recipe, and variants of every axis): the same recipe and
+    overrides resolve to the same settings now (so no default moved), and the saved file loads into
+    them (so saved runs rerun)."""
     before = yaml.safe_load(saved.read_text())
-    now = yaml.safe_load(config_yaml(load_config(saved)))
-    for (section, field), default in ADDED_SINCE.items():
-        assert now[section].pop(field) == default
-    assert now == before
+    name = saved.stem.removeprefix("demo-")
+    recipe, overrides = (ROOT / "recipes" / "demo.yaml", VARIANTS[name]) if name in VARIANTS else \
+        (ROOT / "recipes" / saved.name, [])
+    assert _settings(load_config(recipe, overrides)) == before
+    assert _settings(load_config(saved)) == before
