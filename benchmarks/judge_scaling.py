@@ -51,16 +51,25 @@ def measure(size: str, judgments: int) -> dict:
     return {"size": size, "judgments": judgments,
             "parameters": parameters(run / "coldstart" / "sft" / "model"),
             "judge_accuracy": {s: evaluated.extras[s].get("judge_accuracy") for s in evaluated.outcomes},
+            "verdict_parse_rate": _parse_rates(run / "judge" / "rl"),
             "success": {s: sum(o.values()) / len(o) for s, o in evaluated.outcomes.items()}}
+
+
+def _parse_rates(run_dir: Path) -> dict:
+    """Each split's share of the judge's verdicts that parsed (its evaluation results file)."""
+    (results,) = sorted((run_dir / "eval").glob("step_*/results.json"))[-1:]
+    return {s: r.get("verdict_parse_rate") for s, r in json.loads(results.read_text()).items()}
 
 
 def markdown(rows: list[dict]) -> str:
     lines = ["| model | parameters | judgment examples | judge accuracy L0 / L1 / L2 (%, chance 50) | "
-             "success L0 / L1 / L2 (%) |", "|---|---|---|---|---|"]
+             "verdicts parsed L0 / L1 / L2 (%) | success L0 / L1 / L2 (%) |", "|---|---|---|---|---|---|"]
     for r in rows:
         acc = " / ".join("-" if v is None else f"{100 * v:.0f}" for v in r["judge_accuracy"].values())
+        parsed = " / ".join("-" if v is None else f"{100 * v:.0f}" for v in r.get("verdict_parse_rate", {}).values())
         win = " / ".join(f"{100 * v:.0f}" for v in r["success"].values())
-        lines.append(f"| {r['size']} | {r['parameters'] / 1e6:.2f}M | {r['judgments']} | {acc} | {win} |")
+        lines.append(f"| {r['size']} | {r['parameters'] / 1e6:.2f}M | {r['judgments']} | {acc} | {parsed or '-'} | "
+                     f"{win} |")
     return "\n".join(lines) + "\n"
 
 

@@ -297,6 +297,8 @@ def test_an_always_good_judge_scores_half_on_balanced_pairs(optimist_dir):
     assert all(a == 0.0 for s in batch.samples for a in s.advantages)
     # It rightly called nothing bad, so there is nothing to critique.
     assert loss.critiques == []
+    evaluated = loss.evaluate([traj(["start", "A", "B", "A", "C"], success=True)], seed=0)
+    assert evaluated == {"judge_accuracy": 0.5, "verdict_parse_rate": 1.0, "judge_pairs": 2}
 
 
 def test_labels_per_source_on_a_hand_built_trajectory(judge_server):

@@ -219,7 +219,7 @@ class GCDLoss(Component):
         verdicts = [parse_verdict(self.tokenizer.decode(g.token_ids, skip_special_tokens=True))
                     for g in self.sampler.generate(prompts, params)]
         return {"judge_accuracy": statistics.fmean(v == x.label for v, x in zip(verdicts, chosen)),
-                "judge_pairs": len(chosen)}
+                "verdict_parse_rate": statistics.fmean(v is not None for v in verdicts), "judge_pairs": len(chosen)}
 
     def token_loss(self, logp: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
         segments = torch.zeros_like(logp, dtype=torch.long)
