@@ -97,6 +97,10 @@ $(ALFWORLD_CPU)/expert.jsonl: recipes/alfworld-cpu.yaml | $(STAMP)
 alfworld-cpu: $(ALFWORLD_CPU)/expert.jsonl  ## one seed (SEED=k) of the pipeline on real ALFWorld: init -> SFT -> eval -> GRPO -> eval
 	$(VENV)/bin/agentrl run recipes/alfworld-cpu.yaml --set seed=$(SEED) --set run_dir=$(ALFWORLD_CPU)/seed$(SEED) \
 		--set model.path=$(ALFWORLD_CPU)/seed$(SEED)/model-init $(OVERRIDES)
+	$(VENV)/bin/agentrl compare --runs sft=$(ALFWORLD_CPU)@sft --runs rl=$(ALFWORLD_CPU)@rl --out $(ALFWORLD_CPU)/compare
+	cp $(ALFWORLD_CPU)/compare/summary.md benchmarks/results/alfworld-cpu.md
+	cp $(ALFWORLD_CPU)/compare/summary.json benchmarks/results/alfworld-cpu.json
+	$(PY) benchmarks/engine_table.py $(ALFWORLD_CPU)
 
 # The documentation site (docs/, MkDocs Material): the reference pages regenerated from the code,
 # then built into site/ with warnings (broken links, missing pages) as errors. The suite builds it too.
