@@ -98,8 +98,10 @@ class GCDAuxConfig(Section):
     """(state, action) pairs judged per training step: half good, half bad."""
     group_size: int = Field(8, ge=2)
     """Judgments sampled per pair (the GRPO group)."""
-    sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(temperature=1.0, max_new_tokens=48))
-    """Sampling of the judgments."""
+    sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(temperature=1.0, max_new_tokens=96))
+    """Sampling of the judgments. max_new_tokens must hold a whole judgment (a critique and the verdict
+    tag: up to 51 tokens with the testbed's 512-token vocabulary); a cut one has no verdict and scores
+    as wrong (48, the default until 2026-11-25, cut the testbed's revisit critiques)."""
     clip: PPOClipConfig = Field(default_factory=PPOClipConfig)
     """PPO clipping of the judgment loss."""
     external: JudgeEndpointConfig | None = None
