@@ -10,7 +10,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: help demo demo-seeds docs lock alfworld-cpu testbed testbed-gcd test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
+.PHONY: help demo demo-seeds docs lock alfworld-cpu scienceworld-cpu testbed testbed-gcd test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
 	pipeline sft rl eval plan
 
 help:  ## this list
@@ -88,19 +88,28 @@ $(VLLM_STAMP): pyproject.toml constraints-vllm.txt
 vllm-env: $(VLLM_STAMP)
 
 # The real engines on CPU: one seed of the whole pipeline (SEED=k), from expert data made once for
-# every seed (remade when the recipe changes). One seed: within an hour on 2 cores.
+# every seed (remade when the recipe changes), then the SFT-vs-RL comparison over the seeds run so
+# far and the per-task-type table. One seed: within an hour on 2 cores.
 SEED ?= 0
-ALFWORLD_CPU := runs/alfworld-cpu
-$(ALFWORLD_CPU)/expert.jsonl: recipes/alfworld-cpu.yaml | $(STAMP)
-	$(VENV)/bin/agentrl data recipes/alfworld-cpu.yaml --out $@ --episodes 200
+EXPERT_EPISODES_alfworld := 200
+EXPERT_EPISODES_scienceworld := 400
+runs/%-cpu/expert.jsonl: recipes/%-cpu.yaml | $(STAMP)
+	$(VENV)/bin/agentrl data $< --out $@ --episodes $(EXPERT_EPISODES_$*)
 
-alfworld-cpu: $(ALFWORLD_CPU)/expert.jsonl  ## one seed (SEED=k) of the pipeline on real ALFWorld: init -> SFT -> eval -> GRPO -> eval
-	$(VENV)/bin/agentrl run recipes/alfworld-cpu.yaml --set seed=$(SEED) --set run_dir=$(ALFWORLD_CPU)/seed$(SEED) \
-		--set model.path=$(ALFWORLD_CPU)/seed$(SEED)/model-init $(OVERRIDES)
-	$(VENV)/bin/agentrl compare --runs sft=$(ALFWORLD_CPU)@sft --runs rl=$(ALFWORLD_CPU)@rl --out $(ALFWORLD_CPU)/compare
-	cp $(ALFWORLD_CPU)/compare/summary.md benchmarks/results/alfworld-cpu.md
-	cp $(ALFWORLD_CPU)/compare/summary.json benchmarks/results/alfworld-cpu.json
-	$(PY) benchmarks/engine_table.py $(ALFWORLD_CPU)
+define engine_cpu
+	$(VENV)/bin/agentrl run recipes/$(1)-cpu.yaml --set seed=$(SEED) --set run_dir=runs/$(1)-cpu/seed$(SEED) \
+		--set model.path=runs/$(1)-cpu/seed$(SEED)/model-init $(OVERRIDES)
+	$(VENV)/bin/agentrl compare --runs sft=runs/$(1)-cpu@sft --runs rl=runs/$(1)-cpu@rl --out runs/$(1)-cpu/compare
+	cp runs/$(1)-cpu/compare/summary.md benchmarks/results/$(1)-cpu.md
+	cp runs/$(1)-cpu/compare/summary.json benchmarks/results/$(1)-cpu.json
+	$(PY) benchmarks/engine_table.py runs/$(1)-cpu
+endef
+
+alfworld-cpu: runs/alfworld-cpu/expert.jsonl  ## one seed (SEED=k) of the pipeline on real ALFWorld: init -> SFT -> eval -> GRPO -> eval
+	$(call engine_cpu,alfworld)
+
+scienceworld-cpu: runs/scienceworld-cpu/expert.jsonl  ## the same on real ScienceWorld (SEED=k)
+	$(call engine_cpu,scienceworld)
 
 # The documentation site (docs/, MkDocs Material): the reference pages regenerated from the code,
 # then built into site/ with warnings (broken links, missing pages) as errors. The suite builds it too.
@@ -170,10 +179,12 @@ testbed: $(STAMP)  ## GRPO / GiGPO / GAGPO on the testbed over SEEDS (SETTING=na
 	$(PY) benchmarks/testbed_table.py
 	$(PY) benchmarks/readme_tables.py
 
-# GRPO vs GRPO + GCD on a testbed setting: a cold start with 200 judgment examples, results as
-# testbed-SETTING-gcd.
-testbed-gcd: $(STAMP)  ## GRPO vs GRPO + GCD on the testbed over SEEDS (SETTING=name TESTBED_SET="...")
-	$(MAKE) testbed SETTING=$(SETTING)-gcd TESTBED_SET="$(TESTBED_SET) sft.judgments=200" TESTBED_METHODS='$(GCD_METHODS)'
+# GRPO vs GRPO + GCD on a testbed setting: a cold start with JUDGMENTS judgment examples (2,000: the
+# tiny judge beats chance from there, benchmarks/results/judge-scaling.md), results as
+# testbed-SETTING-gcdJUDGMENTS.
+JUDGMENTS ?= 2000
+testbed-gcd: $(STAMP)  ## GRPO vs GRPO + GCD on the testbed over SEEDS (SETTING=name TESTBED_SET="..." JUDGMENTS=n)
+	$(MAKE) testbed SETTING=$(SETTING)-gcd$(JUDGMENTS) TESTBED_SET="$(TESTBED_SET) sft.judgments=$(JUDGMENTS)" TESTBED_METHODS='$(GCD_METHODS)'
 
 # GRPO vs GRPO + GCD (generative judge, and the value-head classifier ablation) and GiGPO + GCD
 # from one cold start with judgment data, SEEDS each, equal budget, plus the coupling lab on

@@ -335,6 +335,10 @@ MUTANTS = [
     Mutant("registry: a default section is the first entry's, not the named one's", "src/agentrl/registry.py",
            "return self.config({self.key: name, **settings}, name)",
            "return self.config({**settings}, self.names()[0])", ["test_config.py"]),
+    Mutant("scienceworld: a split lists each task type's variations together (a prefix misses types)",
+           "src/agentrl/envs/scienceworld/env.py",
+           "return [pair for turn in itertools.zip_longest(*by_task.values()) for pair in turn if pair is not None]",
+           "return pairs", ["test_scienceworld.py"]),
 ]
 
 

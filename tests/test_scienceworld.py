@@ -2,6 +2,7 @@
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +33,18 @@ def test_splits_have_the_documented_sizes(env, scienceworld_splits):
         assert obs.admissible_actions == [] and obs.info["objects"] and "objects: " in obs.actions_text
     finally:
         l2.close()
+
+
+def test_a_split_prefix_covers_every_task_type(env, scienceworld_splits):
+    """The split files list a type's variations together; the env lists the types in turn, so
+    evaluation's first N variations of a split cover min(N, types) types."""
+    for split, name in (("l0", "L0_idx.json"), ("l2", "L2_idx.json")):
+        listed = env.split_tasks(split)
+        pairs = json.loads((Path(scienceworld_splits) / name).read_text())["test"]
+        assert sorted(listed) == sorted(f"{env.task_names[t]}/{v}" for t, v in pairs)  # the same variations
+        types = {env.task_type(t) for t in listed}
+        assert {env.task_type(t) for t in listed[:len(types)]} == types
+        assert len({env.task_type(t) for t in listed[:5]}) == 5
 
 
 def test_gold_paths_score_100_across_tasks(env):

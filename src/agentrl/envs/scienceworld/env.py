@@ -20,6 +20,7 @@ against ~50 through the wrapper.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -64,14 +65,19 @@ SPLIT_FILES = {"l0": "L0_idx.json", "l1": "L1_idx.json", "l2": "L2_idx.json"}
 
 
 def read_split(path: Path, part: str) -> list[tuple[int, int]]:
-    """[(task_index, variation), ...] of one part ("train" / "test") of an RLVMR split file."""
+    """[(task_index, variation), ...] of one part ("train" / "test") of an RLVMR split file, the
+    task types in turn (a variation of each, then a second of each, ...): the files list a type's
+    variations together, so the first N of a split (evaluation's `eval.episodes`) cover every type."""
     if not path.is_file():
         raise ConfigError(f"env.splits_dir: ScienceWorld split file {path} does not exist")
     try:
-        pairs = json.loads(path.read_text())[part]
-        return [(int(t), int(v)) for t, v in pairs]
+        pairs = [(int(t), int(v)) for t, v in json.loads(path.read_text())[part]]
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
         raise ConfigError(f"{path}: expected {{'train': [[task, variation], ...], 'test': [...]}} ({err!r})") from None
+    by_task: dict[int, list[tuple[int, int]]] = {}
+    for pair in pairs:
+        by_task.setdefault(pair[0], []).append(pair)
+    return [pair for turn in itertools.zip_longest(*by_task.values()) for pair in turn if pair is not None]
 
 
 @ENVIRONMENTS.register("scienceworld", ScienceWorldEnvConfig)
