@@ -52,7 +52,7 @@ def _type_name(annotation) -> str:
     if isinstance(annotation, type):
         return annotation.__name__
     text = repr(annotation).replace("typing.", "")
-    for module in ("agentrl.config.", "pydantic.main.", "annotated_types."):
+    for module in ("agentrl.config.rl.", "agentrl.config.sections.", "agentrl.config.", "pydantic.main.", "annotated_types."):
         text = text.replace(module, "")
     return text
 

@@ -1,100 +1,23 @@
-"""Run configuration: pydantic models loaded from YAML recipes.
-
-Every model forbids unknown keys and documents each field. A variant section (environment,
-advantage estimator, policy loss, auxiliary loss, sampler, actor backend) is validated by the
-config class registered under its `type` (`agentrl.registry`), so plugins enter through recipes
-like built-ins. `load_config` turns any validation error into a `ConfigError` that names the
-offending field and the recipe file.
-"""
+"""The RL section of a recipe (`rl:`) and its own sub-sections: NTHR, the environment pool, the
+rollout loop. The variant sub-sections (advantage, loss, actor, sampler, aux, components) are
+validated by the config class registered under their `type`."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from agentrl.prompting import DEFAULT_TEMPLATE, TEMPLATE_FIELDS
+from agentrl.config.sections import OptimConfig, Section
 from agentrl.registry import (
     ACTORS,
     ADVANTAGES,
     AUX_LOSSES,
     COMPONENTS,
-    ENVIRONMENTS,
     KL_ESTIMATORS,
     POLICY_LOSSES,
     SAMPLERS,
 )
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
-
-
-
-
-# --- model, prompt, sampling -------------------------------------------------------------------
-class ModelConfig(Section):
-    path: str | None = None
-    """A Hugging Face causal LM: a local folder or a hub id. None with an `init` section: the
-    tiny model is created at <run_dir>/model-init."""
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    """Parameter dtype of the actor (float32 on CPU)."""
-
-
-class TinyModelConfig(Section):
-    """`agentrl model init`: a random-init Qwen2-architecture model with a tokenizer trained on
-    the environment's text (head_dim 64, so vLLM can run it)."""
-
-    vocab_size: int = Field(1024, ge=300)
-    """Target BPE vocabulary size (special tokens included)."""
-    hidden_size: int = Field(128, ge=64, multiple_of=64)
-    """Hidden size (a multiple of 64: heads of dimension 64)."""
-    layers: int = Field(4, ge=1)
-    """Decoder layers."""
-    intermediate_size: int = Field(512, ge=1)
-    """MLP width."""
-    kv_heads: int = Field(1, ge=1)
-    """Key/value heads (grouped-query attention; at most hidden_size / 64)."""
-    corpus_episodes: int = Field(300, ge=10)
-    """Expert episodes whose prompts and responses train the tokenizer."""
-
-
-class PromptConfig(Section):
-    template: str = DEFAULT_TEMPLATE
-    """Per-step prompt; placeholders {task} {step} {history} {observation} {actions}."""
-    history_length: int = Field(2, ge=0)
-    """How many past (observation, action) pairs the prompt shows."""
-    require_think: bool = True
-    """A response without a reasoning block before the action is invalid (<think>...</think>, or
-    one of RLVMR's <planning> <explore> <reflection> <monitor>)."""
-    expert_tags: Literal["think", "meta"] = "think"
-    """Reasoning tag of the expert's responses in SFT data: `think`, or RLVMR's meta tags
-    (planning on the first step, explore when going somewhere not yet visited, monitor
-    otherwise), which the `rlvmr` estimator rewards."""
-    invalid_penalty: float = Field(0.1, ge=0)
-    """Subtracted from the reward of a step whose response had no parseable action."""
-
-    @field_validator("template")
-    @classmethod
-    def _known_fields(cls, template: str) -> str:
-        try:
-            template.format(**{f: "" for f in TEMPLATE_FIELDS})
-        except (KeyError, IndexError, ValueError) as err:
-            raise ValueError(f"template placeholders must be among {TEMPLATE_FIELDS}: {err!r}") from None
-        return template
-
-
-class SamplingConfig(Section):
-    temperature: float = Field(1.0, ge=0)
-    """0 means greedy."""
-    top_p: float = Field(1.0, gt=0, le=1)
-    """Nucleus sampling mass (1: off)."""
-    max_new_tokens: int = Field(48, ge=1)
-    """Longest response per step (the end-of-turn token included)."""
-
-
-# --- algorithm -------------------------------------------------------------------------------
 
 
 class NTHRConfig(Section):
@@ -106,19 +29,6 @@ class NTHRConfig(Section):
     """Coupling threshold, relative to the positive tokens' own mean coupling."""
     eta: float = Field(0.5, ge=0, le=1)
     """Multiplier of the advantage of negative tokens above the threshold."""
-
-
-class OptimConfig(Section):
-    lr: float = Field(1e-6, gt=0)
-    """Learning rate (constant after warmup)."""
-    weight_decay: float = Field(0.01, ge=0)
-    """AdamW weight decay."""
-    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.999)
-    """AdamW betas."""
-    grad_clip: float = Field(1.0, gt=0)
-    """Gradient norm clip (the norm before clipping is logged)."""
-    warmup_steps: int = Field(0, ge=0)
-    """Optimiser steps of linear learning-rate warmup."""
 
 
 class RaySectionConfig(Section):
@@ -286,118 +196,3 @@ class RLConfig(Section):
                     if used:
                         raise ValueError(f"{name} needs actor.backend: single when sampler.type is vllm")
         return self
-
-
-class SFTConfig(Section):
-    episodes: int = Field(400, ge=1)
-    """Expert episodes collected on the train split."""
-    data: str | None = None
-    """An existing JSONL chat dataset to train on instead of collecting expert episodes."""
-    judgments: int = Field(0, ge=0)
-    """Judgment examples mixed into the collected data (GCD cold start; paper: ~100)."""
-    detours: float = Field(0.0, ge=0, lt=1)
-    """Share of expert steps that execute a random admissible action instead (the example keeps
-    the expert's): data that shows recovering from errors. For experts that plan from the current
-    state (household, testbed); a fixed-path expert stops at the first detour it cannot undo."""
-    keep_failed: bool = False
-    """Keep the examples of expert episodes that fail (false: successful ones only): imitating a
-    demonstrator that is not always right, mistakes included (the testbed's `expert_key_noise`)."""
-    epochs: int = Field(3, ge=1)
-    """Passes over the SFT data."""
-    batch_size: int = Field(32, ge=1)
-    """Examples per optimiser step."""
-    prompt_loss_weight: float = Field(0.0, ge=0)
-    """Loss weight of prompt tokens relative to response tokens (0: assistant tokens only). A
-    random-init model learns to read and copy the environment's text much faster with > 0."""
-    micro_batch_tokens: int = Field(16384, ge=1)
-    """Token budget of one forward/backward (does not change the update)."""
-    pack_prefixes: bool = False
-    """Examples with the same prompt share a packed row, the prompt computed once (see
-    `rl.pack_prefixes`). Off by default: expert data rarely repeats a prompt, and a packed SFT
-    (another float summation order) gives a slightly different cold start than the results so far."""
-    optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-5))
-    """Optimiser of the SFT phase (default lr 1e-5)."""
-    actor: Annotated[Section, ACTORS.field("single")] | None = None
-    """The actor backend, by `backend` (single, fsdp2, zero2, zero3; LoRA with any), as in RL.
-    None: RL's (`rl.actor`), or single without an RL phase. With LoRA the SFT output is the
-    merged model."""
-    save_every: int = Field(0, ge=0)
-    """Checkpoint every N optimiser steps (0: at the end of each epoch). A stopped SFT resumes
-    from its last checkpoint when rerun with the same settings; the checkpoints are removed once
-    the model is written."""
-
-
-class EvalConfig(Section):
-    splits: list[Literal["l0", "l1", "l2"]] = ["l0", "l1", "l2"]
-    """Evaluation splits: l0 in-domain, l1 unseen, l2 out-of-domain."""
-    episodes: int = Field(100, ge=1)
-    """Episodes per split (the first N tasks of the split)."""
-    sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(temperature=0.4))
-    """Sampling at evaluation (default temperature 0.4)."""
-    max_aborted_share: float = Field(0.5, ge=0, le=1)
-    """A split on which more than this share of the episodes aborted (or none finished) is an
-    error, never a result."""
-    initial: bool = True
-    """Evaluate the starting model before SFT (false skips it: a random-init model scores 0, and on
-    a real engine every one of its episodes runs to the step limit)."""
-
-
-class Config(Section):
-    seed: int = 0
-    """Seeds everything random: task draws, sampling, shuffles, initialisations."""
-    run_dir: str = "runs/demo"
-    """Everything the run writes goes here: config, logs, checkpoints, results."""
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    """The starting model."""
-    init: TinyModelConfig | None = None
-    """When set, the pipeline first creates a tiny model at model.path."""
-    imports: list[str] = []
-    """Plugin modules (`my_pkg.plugin`) or files (`my_plugin.py`, relative to the recipe's folder)
-    imported before the rest is validated; a saved config.yaml lists them as loaded."""
-    env: Annotated[Section, ENVIRONMENTS.field("household")] = Field(default_factory=lambda: ENVIRONMENTS.make("household"))
-    """The environment, by `type` (household, alfworld, scienceworld, or a plugin's)."""
-    prompt: PromptConfig = Field(default_factory=PromptConfig)
-    """How a step's prompt is built and a response parsed."""
-    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
-    """Sampling of training rollouts (and the temperature the policy loss uses)."""
-    sft: SFTConfig | None = None
-    """Supervised cold start (None: no SFT phase)."""
-    rl: RLConfig | None = None
-    """The RL phase (None: no RL)."""
-    eval: EvalConfig = Field(default_factory=EvalConfig)
-    """Evaluation after each phase."""
-    tracking: list[Literal["tensorboard", "wandb"]] = ["tensorboard"]
-    """Where metrics go besides each phase's logs/metrics.jsonl: TensorBoard (logs/tb) and/or
-    Weights & Biases (`pip install wandb`; project, entity and mode from WANDB_PROJECT,
-    WANDB_ENTITY, WANDB_MODE=offline, ...; runs grouped by run_dir)."""
-
-    @field_validator("tracking")
-    @classmethod
-    def _tracker_installed(cls, tracking: list[str]) -> list[str]:
-        import importlib.util
-
-        if "wandb" in tracking and importlib.util.find_spec("wandb") is None:
-            raise ValueError("wandb is not installed: pip install wandb")
-        return tracking
-
-    @model_validator(mode="after")
-    def _sft_actor_defaults_to_rl(self):
-        if self.sft is not None and self.sft.actor is None:
-            self.sft.actor = self.rl.actor.model_copy(deep=True) if self.rl is not None else ACTORS.make("single")
-        return self
-
-    @model_validator(mode="after")
-    def _judgments_need_valid_actions(self):
-        if self.sft is not None and self.sft.judgments and getattr(self.env, "valid_actions", True) is False:
-            raise ValueError("sft.judgments plays random valid actions: it needs env.valid_actions: true")
-        return self
-
-    @model_validator(mode="after")
-    def _init_model_follows_run_dir(self):
-        if self.model.path is None and self.init is not None:
-            self.model.path = str(Path(self.run_dir) / "model-init")
-        return self
-
-
-class ConfigError(ValueError):
-    pass
