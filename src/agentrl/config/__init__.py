@@ -15,7 +15,13 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from agentrl.config.rl import EnvPoolConfig, NTHRConfig, RaySectionConfig, RLConfig, RolloutConfig
+from agentrl.config.rl import (
+    EnvPoolConfig,
+    NTHRConfig,
+    RaySectionConfig,
+    RLConfig,
+    RolloutConfig,
+)
 from agentrl.config.sections import (
     ConfigError,
     EvalConfig,
