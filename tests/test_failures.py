@@ -166,7 +166,7 @@ def test_a_run_whose_episodes_all_abort_stops_naming_the_timeout(tmp_path, tiny_
     assert main(["train", recipe, "--model", str(tiny_model_dir)]) == 1
     err = capsys.readouterr().err.strip()
     assert "2 of 2 episodes aborted in RL step 1 (more than rl.max_aborted_share = 0.5)" in err, err
-    assert "did not answer a reset within the time limit (rl.env_pool.reset_timeout_s = 0.001)" in err
+    assert "within the time limit (rl.env_pool.reset_timeout_s = 0.001 each)" in err
     assert "Traceback" not in err
 
 

@@ -61,8 +61,31 @@ def test_packed_equals_unpacked(tiny_model_dir, budget):
     for name, grad in plain_grads.items():
         torch.testing.assert_close(packed_grads[name], grad, atol=1e-5, rtol=0, msg=name)
     assert packed_tokens < 0.6 * plain_tokens  # 13 samples on 4 prompts: the prompts once
-    if budget == 10**6:  # every repeat of a prompt saved: 5 x 9, 3 x 31, 1 x 17, 4 x 9 tokens
-        assert packed_tokens == plain_tokens - (4 * 9 + 2 * 31 + 0 * 17 + 3 * 9)
+    if budget == 10**6:  # every repeat of a prompt saved (5 x 9, 3 x 31, 1 x 17, 4 x 9 tokens), and
+        # the 6 leading tokens two of the prompts share computed once
+        assert packed_tokens == plain_tokens - (4 * 9 + 2 * 31 + 0 * 17 + 3 * 9) - 6
+
+
+def test_nested_prefixes_pack_as_one_tree_and_equal_unpacked(tiny_model_dir):
+    """Prompts that share leading parts at several depths (one prompt the start of another, two
+    more branching off a shared head) in one row: each distinct leading token computed once,
+    and the same log-probs and gradients as unpacked."""
+    g = torch.Generator().manual_seed(3)
+    head, a, b = (torch.randint(3, 200, (n,), generator=g).tolist() for n in (8, 6, 5))
+    prompts = [head + a, head + a[:3], head + a + b, head + b, head[:5] + b]
+    samples = [TrainSample.from_turn(p, torch.randint(3, 200, (3,), generator=g).tolist(), old_logprobs=[-1.0] * 3,
+                                     advantages=torch.randn(3, generator=g).tolist()) for p in prompts for _ in range(2)]
+    samples = [samples[i] for i in torch.randperm(len(samples), generator=g).tolist()]
+    model = load_model(tiny_model_dir).float()
+    plain, plain_loss, plain_grads, _ = forward_backward(model, samples, 10**6, pack=False)
+    packed, packed_loss, packed_grads, computed = forward_backward(model, samples, 10**6, pack=True)
+    for x, y in zip(plain, packed):
+        torch.testing.assert_close(y, x, atol=1e-5, rtol=0)
+    assert packed_loss == pytest.approx(plain_loss, abs=1e-5)
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(packed_grads[name], grad, atol=1e-5, rtol=0, msg=name)
+    distinct = len({tuple(p[:i]) for p in prompts for i in range(1, len(p) + 1)})  # the prompts' tree
+    assert computed == distinct + 3 * len(samples) == 8 + 6 + 5 + 5 + 5 + 30
 
 
 def test_packed_rows_respect_the_budget_and_keep_sample_order(tiny_model_dir):

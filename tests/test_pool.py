@@ -24,6 +24,22 @@ def test_worker_processes_match_in_process():
     assert all(not p.is_alive() for p in procs)
 
 
+def test_the_time_limit_is_per_environment_of_a_worker():
+    """A worker runs its environments one after another: 3 resets of 0.4 s each (1.2 s) are within
+    a 0.6 s limit per reset; one that hangs is not (the worker is replaced, its episodes aborted)."""
+    from agentrl.envs.latency import LatencyEnvConfig
+
+    slow = LatencyEnvConfig(reset_median_s=0.4, step_median_s=0.0, step_sigma=0.0)
+    with EnvPool(slow, EnvPoolConfig(workers=1, reset_timeout_s=0.6)) as pool:
+        observations = pool.reset({slot: f"train-{slot}" for slot in range(3)})
+        assert all(o is not None for o in observations.values()) and not pool.faults
+    hung = LatencyEnvConfig(reset_median_s=2.0, step_median_s=0.0, step_sigma=0.0)
+    with EnvPool(hung, EnvPoolConfig(workers=1, reset_timeout_s=0.6)) as pool:
+        assert pool.reset({0: "train-0"}) == {0: None}
+        assert pool.faults == ["worker 0 did not answer a reset of 1 environment(s) within the time limit "
+                               "(rl.env_pool.reset_timeout_s = 0.6 each)"]
+
+
 # --- faults: real worker processes, killed or frozen with real signals --------------------------
 import os
 import signal

@@ -547,16 +547,21 @@ def sampled_and_trained(config, model_dir):
                 offset = 0
                 for row in range(len(batch.input_ids)):
                     # (prompt, response) columns of the row's samples: a plain row holds one, a
-                    # packed row (rl.pack_prefixes) trees of a prompt once and then each response.
+                    # packed row (rl.pack_prefixes) a prefix tree, each response a chain of
+                    # trained columns below its prompt (the columns it descends from).
                     real = batch.attention_mask[row].bool()
-                    if batch.branch is None:
+                    columns = torch.arange(len(real))
+                    if batch.subtree_end is None:
                         first = int(batch.mask[row].nonzero()[0])
-                        columns = torch.arange(len(real))
                         units = [(columns[:first], columns[first:][real[first:]])]
-                    else:  # each response after its tree's prompt
-                        tree, branch = batch.tree[row], batch.branch[row]
-                        units = [(((tree == tree[branch == k][0]) & (branch == 0)).nonzero()[:, 0],
-                                  (branch == k).nonzero()[:, 0]) for k in range(1, int(branch.max()) + 1)]
+                    else:
+                        end, trained_column = batch.subtree_end[row], batch.mask[row]
+
+                        def ancestors(c):
+                            return columns[:c][end[:c] > c]
+
+                        units = [(ancestors(c), columns[c:int(end[c])]) for c in columns[real].tolist()
+                                 if trained_column[c] and not trained_column[ancestors(c)[-1]]]
                     for prompt, response in units:
                         assert batch.mask[row][response].all() and not batch.mask[row][prompt].any()
                         n = len(response)

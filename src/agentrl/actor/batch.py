@@ -7,13 +7,18 @@ fields is flat, (N,) over the N trained tokens in row-major order of the mask, o
 no loss of the batch uses it.
 
 Prefix packing (`pack=True`): one environment step is one sample, so the samples of a task
-group repeat the same prompt again and again. Samples whose tokens before their first trained
-token (their prefix: the prompt) are identical form a tree: the prefix once, then each sample's
-suffix, every suffix continuing the prefix's positions and attending to the prefix and to itself
-only (a 4-D mask, as in Prefix Grouper and Tree Training). Trees are placed side by side in rows
-of up to `ROW_TOKENS` tokens (or twice the longest sample), so rows are full and little is
-padding. The prefix's activations are computed once and receive the gradients of every suffix;
-each trained token's log-prob is the one the unpacked batch gives (up to float summation order).
+group repeat the same prompt again and again, and the prompts of one episode's steps, or of a
+group's rollouts, share their leading part (instructions, task, the first observations). A row
+packs samples as a prefix tree: samples are placed in order, each sharing the leading tokens its
+prefix (the tokens before its first trained token: the prompt) has in common with the previous
+sample's, then its own prefix tokens, then its suffix (the response). Every token keeps its
+position in its own sample and attends to its ancestors in the tree only: laid out in depth-first
+order, a token's descendants are the columns up to its `subtree_end`, so the 4-D mask is
+`key <= query < subtree_end[key]` (as Tree Training; Prefix Grouper is the one-level case). Rows
+are sorted by prefix, so similar prompts are neighbours, and filled up to `ROW_TOKENS` tokens
+(or twice the longest sample). A shared token's activations are computed once and receive the
+gradients of every sample below it; each trained token's log-prob is the one the unpacked batch
+gives (up to float summation order).
 """
 
 from __future__ import annotations
@@ -76,11 +81,10 @@ class TokenBatch(TokenFields):
     sample_index: torch.Tensor | None = None
     """(N,) the sample (its place in the batch's order) of each trained token."""
     position_ids: torch.Tensor | None = None
-    """(B, L) packed rows only: each suffix continues its prefix's positions."""
-    tree: torch.Tensor | None = None
-    """(B, L) packed rows only: the prefix tree of the row each token belongs to (-1: padding)."""
-    branch: torch.Tensor | None = None
-    """(B, L) packed rows only: 0 on a tree's shared prefix, k on the row's k-th suffix, -1 on padding."""
+    """(B, L) packed rows only: each token's position in its own sample."""
+    subtree_end: torch.Tensor | None = None
+    """(B, L) packed rows only: one past the last column of the token's subtree (its descendants
+    follow it; a padding column's is its own column + 1)."""
     predict: torch.Tensor | None = None
     """(N,) packed rows only: the flat position (row x L + column) whose hidden state predicts
     each trained token (a suffix's first token is predicted by the prefix's last)."""
@@ -103,18 +107,15 @@ class TokenBatch(TokenFields):
         return tuple(getattr(self, name) for name in LAYOUT)
 
 
-LAYOUT = ("input_ids", "attention_mask", "mask", "sample_index", "position_ids", "tree", "branch", "predict")
+LAYOUT = ("input_ids", "attention_mask", "mask", "sample_index", "position_ids", "subtree_end", "predict")
 
 
-def packed_attention(tree: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
-    """(B, 1, L, L) bool, True where a query may attend a key: causal, within its tree, to the
-    tree's prefix and to its own suffix (a padding query sees itself, so no row of the mask is empty)."""
-    length = branch.shape[1]
-    causal = torch.ones(length, length, dtype=torch.bool, device=branch.device).tril()
-    same_tree = (tree[:, :, None] == tree[:, None, :]) & (tree[:, None, :] >= 0)
-    query, key = branch[:, :, None], branch[:, None, :]
-    itself = torch.eye(length, dtype=torch.bool, device=branch.device)
-    return ((causal & same_tree & ((key == 0) | (key == query))) | itself)[:, None]
+def packed_attention(subtree_end: torch.Tensor) -> torch.Tensor:
+    """(B, 1, L, L) bool, True where a query may attend a key: the key is the query or one of its
+    ancestors in the row's prefix tree (a padding query sees itself only)."""
+    columns = torch.arange(subtree_end.shape[1], device=subtree_end.device)
+    query, key = columns[:, None], columns[None, :]
+    return ((key <= query) & (query < subtree_end[:, None, :]))[:, None]
 
 
 def collate(samples: list[TrainSample], pad_id: int = 0) -> TokenBatch:
@@ -151,84 +152,80 @@ def prefix_length(sample: TrainSample) -> int:
     return next((t for t in range(1, len(sample.ids)) if sample.mask[t]), len(sample.ids))
 
 
-def trees(row: list[TrainSample]) -> list[list[TrainSample]]:
-    """The row's runs of consecutive samples with the same prefix: each is computed as one tree."""
-    runs: list[list[TrainSample]] = []
-    for s in row:
-        if runs and s.ids[:prefix_length(s)] == runs[-1][0].ids[:prefix_length(runs[-1][0])]:
-            runs[-1].append(s)
-        else:
-            runs.append([s])
-    return runs
+def _shared(a: list[int], b: list[int]) -> int:
+    """How many leading tokens `a` and `b` have in common."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def row_length(row: list[TrainSample]) -> int:
-    return sum(prefix_length(tree[0]) + sum(len(s.ids) - prefix_length(s) for s in tree) for tree in trees(row))
+    """Tokens of the row packed as a prefix tree (each prefix shares its lead with the previous one's)."""
+    total, previous = 0, []
+    for s in row:
+        prefix = s.ids[:prefix_length(s)]
+        total += len(s.ids) - _shared(prefix, previous)
+        previous = prefix
+    return total
 
 
 def collate_rows(rows: list[list[TrainSample]], pad_id: int = 0) -> TokenBatch:
-    """One packed batch: in each row, every run of samples with the same prefix is one tree (the
-    prefix's tokens once, then each sample's suffix), trees side by side. The trained tokens and
-    per-token fields are in the order of the rows' samples, as `collate` of them gives them."""
+    """One packed batch: each row a prefix tree of its samples, in their order (module docstring).
+    The trained tokens and per-token fields are in the order of the rows' samples, as `collate` of
+    them gives them."""
     width = max(row_length(row) for row in rows)
     shape = (len(rows), width)
     input_ids = torch.full(shape, pad_id, dtype=torch.long)
     attention, mask = torch.zeros(shape, dtype=torch.long), torch.zeros(shape, dtype=torch.bool)
-    positions, tree_of = torch.zeros(shape, dtype=torch.long), torch.full(shape, -1, dtype=torch.long)
-    branch = torch.full(shape, -1, dtype=torch.long)
+    positions = torch.zeros(shape, dtype=torch.long)
+    subtree_end = torch.arange(1, width + 1).repeat(len(rows), 1)
     predict = []
     for r, row in enumerate(rows):
-        at, k = 0, 0  # the next free column of the row; the row's last suffix number
-        for j, tree in enumerate(trees(row)):
-            size = prefix_length(tree[0])
-            start = at
-            columns = slice(at, at + size)
-            input_ids[r, columns], positions[r, columns] = torch.tensor(tree[0].ids[:size]), torch.arange(size)
-            tree_of[r, columns], branch[r, columns] = j, 0
-            at += size
-            for s in tree:
-                k += 1
-                suffix = s.ids[size:]
-                columns = slice(at, at + len(suffix))
-                input_ids[r, columns], positions[r, columns] = torch.tensor(suffix), torch.arange(size, len(s.ids))
-                tree_of[r, columns], branch[r, columns], mask[r, columns] = j, k, torch.tensor(s.mask[size:])
-                # Token t of the sample is predicted at t - 1: the prefix's last column for t == size.
-                predict += [r * width + (start + size - 1 if t == size else at + t - 1 - size)
-                            for t in range(size, len(s.ids)) if s.mask[t]]
-                at += len(suffix)
-        attention[r, :at] = 1
+        ids, trained, parent, position = [], [], [], []  # per column of the row
+        path: list[int] = []  # the columns of the previous sample's prefix
+        previous: list[int] = []
+        for s in row:
+            size = prefix_length(s)
+            shared = _shared(s.ids[:size], previous)
+            columns = path[:shared]  # this sample's token t sits in column columns[t]
+            for t in range(shared, len(s.ids)):
+                parent.append(columns[-1] if columns else -1)
+                columns.append(len(ids))
+                ids.append(s.ids[t])
+                position.append(t)
+                trained.append(t >= size and s.mask[t])
+            # Token t of the sample is predicted at its token t - 1's column.
+            predict += [r * width + columns[t - 1] for t in range(size, len(s.ids)) if s.mask[t]]
+            path, previous = columns[:size], s.ids[:size]
+        end = list(range(1, len(ids) + 1))
+        for column in range(len(ids) - 1, -1, -1):  # children after parents: a subtree ends where its last descendant does
+            if parent[column] >= 0:
+                end[parent[column]] = max(end[parent[column]], end[column])
+        input_ids[r, :len(ids)], mask[r, :len(ids)] = torch.tensor(ids), torch.tensor(trained)
+        positions[r, :len(ids)], subtree_end[r, :len(ids)] = torch.tensor(position), torch.tensor(end)
+        attention[r, :len(ids)] = 1
     samples = [s for row in rows for s in row]
-    return TokenBatch(input_ids, attention, mask, position_ids=positions, tree=tree_of, branch=branch,
+    return TokenBatch(input_ids, attention, mask, position_ids=positions, subtree_end=subtree_end,
                       predict=torch.tensor(predict, dtype=torch.long), **_fields(samples))
 
 
 def prefix_rows(samples: list[TrainSample], max_row: int) -> list[list[TrainSample]]:
-    """Samples grouped by prefix into trees (a tree longer than `max_row` tokens cut into several),
-    the trees placed into rows of at most `max_row` tokens, largest first, each into the first row
-    with room (first-fit decreasing), so rows are full and padding is small. A tree longer than
-    `max_row` on its own (one long sample) gets a row of its own."""
-    groups: dict[tuple[int, ...], list[TrainSample]] = {}
-    for s in samples:
-        groups.setdefault(tuple(s.ids[:prefix_length(s)]), []).append(s)
-    cut: list[tuple[int, list[TrainSample]]] = []  # (tokens, samples) of each tree
-    for prefix, members in groups.items():
-        tree, length = [], len(prefix)
-        for s in members:
-            extra = len(s.ids) - len(prefix)
-            if tree and length + extra > max_row:
-                cut.append((length, tree))
-                tree, length = [], len(prefix)
-            tree.append(s)
-            length += extra
-        cut.append((length, tree))
-    rows: list[tuple[int, list[TrainSample]]] = []
-    for length, tree in sorted(cut, key=lambda item: item[0], reverse=True):
-        fit = next((i for i, (used, _) in enumerate(rows) if used + length <= max_row), None)
-        if fit is None:
-            rows.append((length, list(tree)))
+    """Samples sorted by prefix (those with the same prefix in their given order), so that shared
+    leading parts are neighbours, and placed into rows of at most `max_row` packed tokens in that
+    order, a new row where the next sample does not fit. A sample longer than `max_row` on its own
+    gets a row of its own."""
+    ordered = sorted(samples, key=lambda s: s.ids[:prefix_length(s)])
+    rows: list[list[TrainSample]] = []
+    used, previous = 0, []
+    for s in ordered:
+        prefix = s.ids[:prefix_length(s)]
+        extra = len(s.ids) - _shared(prefix, previous)
+        if rows and used + extra <= max_row:
+            rows[-1].append(s)
+            used += extra
         else:
-            rows[fit] = (rows[fit][0] + length, rows[fit][1] + tree)
-    return [row for _, row in rows]
+            rows.append([s])
+            used = len(s.ids)
+        previous = prefix
+    return rows
 
 
 def budget_chunks(items: Iterable[T], token_budget: int, length: Callable[[T], int] = lambda s: len(s.ids)

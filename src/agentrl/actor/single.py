@@ -18,8 +18,8 @@ def trained_hidden(model, batch: TokenBatch) -> torch.Tensor:
     """(N, H): the final hidden state at each position that predicts a trained token."""
     batch = batch.to(model_device(model))
     attention = batch.attention_mask
-    if batch.branch is not None:  # packed rows: the tree's own 4-D mask
-        attention = packed_attention(batch.tree, batch.branch)
+    if batch.subtree_end is not None:  # packed rows: the prefix tree's own 4-D mask
+        attention = packed_attention(batch.subtree_end)
         implementation = model.config._attn_implementation
         if implementation == "eager":
             attention = torch.zeros(attention.shape, dtype=model.dtype, device=attention.device

@@ -50,9 +50,10 @@ class EnvPoolConfig(Section):
     tasks_per_step x group_size, every environment has its own worker, and a crash or hang
     aborts only its own episode."""
     step_timeout_s: float = Field(60.0, gt=0)
-    """A worker that takes longer for one step is killed and replaced (its episodes aborted)."""
+    """A worker that takes longer than this per environment it steps (it steps its environments
+    one after another) is killed and replaced (its episodes aborted)."""
     reset_timeout_s: float = Field(300.0, gt=0)
-    """A worker that takes longer for one reset is killed and replaced."""
+    """A worker that takes longer than this per environment it resets is killed and replaced."""
     ray: RaySectionConfig = Field(default_factory=RaySectionConfig)
     """Cluster and per-worker resources of the ray backend."""
 

@@ -305,17 +305,19 @@ class EnvPool:
             now = time.monotonic()
             for worker in busy:
                 if self._queue[worker] and now >= self._deadline(worker):
-                    command = self._queue[worker][0][0]
-                    self._fail(worker, f"did not answer a {command} within the time limit "
-                                       f"(rl.env_pool.{command}_timeout_s = {self.timeouts[command]:g})")
+                    command, slots = self._queue[worker][0]
+                    self._fail(worker, f"did not answer a {command} of {len(slots)} environment(s) within the time "
+                                       f"limit (rl.env_pool.{command}_timeout_s = {self.timeouts[command]:g} each)")
             if errors:
                 raise WorkerEnvError(f"an environment failed in a worker:\n{errors[0]}")
             if wait_until is not None and now >= wait_until and not self._arrived:
                 return {}
 
     def _deadline(self, worker: int) -> float:
-        """When the worker's current message times out."""
-        return self._started[worker] + self.timeouts[self._queue[worker][0][0]]
+        """When the worker's current message times out: the time limit of one reset or step for
+        each environment of the message (a worker runs its environments one after another)."""
+        command, slots = self._queue[worker][0]
+        return self._started[worker] + self.timeouts[command] * len(slots)
 
     def _fail(self, worker: int, cause: str) -> None:
         """The worker is lost: every slot it still owed answers None, and it is replaced."""

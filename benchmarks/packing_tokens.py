@@ -1,0 +1,97 @@
+"""How many of the update's tokens prefix packing leaves to compute, on a run's saved rollouts
+(rl/rollouts/step_N.jsonl.gz: the real engines' as well as the demo's), without training:
+
+- processed: the step samples' tokens (what an unpacked update computes);
+- whole prompts: each mini-batch's distinct prompts once plus every response (sharing only
+  identical prompts, as Prefix Grouper does);
+- packed: what `micro_batches(..., pack=True)` computes for the update's mini-batches
+  (`rl.mini_batch_size`, shuffled as the trainer does), and for the whole step at once (the
+  sampler check, or an update with one mini-batch per step);
+- distinct: the step's prompts as one prefix tree plus every response (the floor).
+
+Gradients equal to the unpacked update's bound the sharing to one mini-batch: the weights change
+between mini-batches. Rows are appended to benchmarks/results/packing_tokens.csv.
+
+    python benchmarks/packing_tokens.py runs/alfworld-cpu/seed0 [--steps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import sys
+from pathlib import Path
+
+from agentrl.actor.batch import TrainSample, micro_batches
+from agentrl.models import load_tokenizer
+from agentrl.recipe import load_config
+from agentrl.rollout.collect import encode_prompt
+from agentrl.trainer import mini_batch_split
+from results_csv import append_rows, commit
+
+RESULTS = Path(__file__).resolve().parent / "results" / "packing_tokens.csv"
+
+
+def step_samples(path: Path, tokenizer) -> list[TrainSample]:
+    samples = []
+    with gzip.open(path, "rt") as f:
+        for line in f:
+            for step in json.loads(line)["steps"]:
+                response = tokenizer(step["response"], add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+                samples.append(TrainSample.from_turn(encode_prompt(tokenizer, step["prompt"]), response))
+    return samples
+
+
+def distinct(samples: list[TrainSample]) -> int:
+    prompts = {tuple(s.ids[:len(s.ids) - s.n_targets]) for s in samples}
+    return len({p[:i] for p in prompts for i in range(1, len(p) + 1)}) + sum(s.n_targets for s in samples)
+
+
+def whole_prompts(samples: list[TrainSample]) -> int:
+    prompts = {tuple(s.ids[:len(s.ids) - s.n_targets]) for s in samples}
+    return sum(map(len, prompts)) + sum(s.n_targets for s in samples)
+
+
+def computed(samples: list[TrainSample], budget: int) -> int:
+    return sum(batch.n_computed for batch in micro_batches(samples, budget, pack=True))
+
+
+def measure(run: Path, steps: int) -> dict:
+    config = load_config(run / "config.yaml")
+    tokenizer = load_tokenizer(str(run / "sft" / "model") if (run / "sft" / "model").is_dir() else config.model.path)
+    paths = sorted((run / "rl" / "rollouts").glob("step_*.jsonl.gz"))[-steps:]
+    if not paths:
+        raise SystemExit(f"{run}/rl/rollouts: no saved rollouts")
+    totals = dict.fromkeys(("samples", "processed", "whole_prompts", "packed", "packed_step", "distinct"), 0)
+    for path in paths:
+        samples = step_samples(path, tokenizer)
+        random.Random(path.name).shuffle(samples)
+        chunks = mini_batch_split(samples, config.rl.mini_batch_size, -(-len(samples) // config.rl.mini_batch_size), 1)
+        budget = config.rl.micro_batch_tokens
+        totals["samples"] += len(samples)
+        totals["processed"] += sum(len(s.ids) for s in samples)
+        totals["whole_prompts"] += sum(whole_prompts(chunk) for chunk in chunks)
+        totals["packed"] += sum(computed(chunk, budget) for chunk in chunks)
+        totals["packed_step"] += computed(samples, budget)
+        totals["distinct"] += distinct(samples)
+    shares = {f"{k}_share": round(v / totals["processed"], 3) for k, v in totals.items() if k not in ("samples", "processed")}
+    return {"run": str(run), "env": config.env.type, "steps": len(paths), "mini_batch_size": config.rl.mini_batch_size,
+            **totals, **shares, "commit": commit()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders with rl/rollouts")
+    parser.add_argument("--steps", type=int, default=5, help="the last N saved steps of each run")
+    args = parser.parse_args()
+    rows = [measure(run, args.steps) for run in args.runs]
+    for row in rows:
+        print(json.dumps(row))
+    append_rows(RESULTS, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
