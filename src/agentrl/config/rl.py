@@ -82,8 +82,8 @@ class RLConfig(Section):
     micro_batch_tokens: int = Field(16384, ge=1)
     """Token budget of one forward/backward (does not change the update)."""
     pack_prefixes: bool = True
-    """Step samples with the same prompt share a packed row, the prompt computed once (update,
-    sampler check, reference, NTHR, auxiliary losses): the same log-probs and gradients up to
+    """Step samples are packed as prefix trees, each leading part their prompts share computed
+    once (update, sampler check, reference, NTHR, auxiliary losses): the same log-probs and gradients up to
     float summation order (`agentrl.actor.batch`). Needs sdpa or eager attention."""
     epochs: int = Field(1, ge=1)
     """Passes over each rollout batch."""

@@ -116,8 +116,8 @@ class SFTConfig(Section):
     micro_batch_tokens: int = Field(16384, ge=1)
     """Token budget of one forward/backward (does not change the update)."""
     pack_prefixes: bool = False
-    """Examples with the same prompt share a packed row, the prompt computed once (see
-    `rl.pack_prefixes`). Off by default: expert data rarely repeats a prompt, and a packed SFT
+    """Examples are packed as prefix trees, each leading part their prompts share computed once
+    (see `rl.pack_prefixes`). Off by default: expert data rarely repeats a prompt, and a packed SFT
     (another float summation order) gives a slightly different cold start than the results so far."""
     optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-5))
     """Optimiser of the SFT phase (default lr 1e-5)."""
