@@ -1,6 +1,8 @@
 """Success per task type on a real engine, after SFT and after RL, over the seeds of a CPU pipeline
 (`make alfworld-cpu SEED=k` writes runs/alfworld-cpu/seedK): successes / episodes summed over
-seeds, from each run's eval/<phase>/results.json, into benchmarks/results/<name>-types.md.
+seeds, from each run's eval/<phase>/results.json, into benchmarks/results/<name>-types.md; and
+where the time went (each phase's minutes, from logs/phase_seconds.json, and each RL step's parts,
+from rl/logs/metrics.jsonl) into benchmarks/results/<name>-time.md.
 
     python benchmarks/engine_table.py runs/alfworld-cpu
 """
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -45,6 +48,33 @@ def table(runs: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+STEP_PARTS = {"timing_s/env": "environments (resets and steps)", "timing_s/gen": "generation",
+              "timing_s/actor_logprobs": "sampler check (actor log-probs)", "timing_s/update": "update"}
+
+
+def time_table(runs: Path) -> str:
+    from agentrl.tracking import read_metrics
+
+    seeds = sorted(p for p in runs.glob("seed*") if (p / "logs" / "phase_seconds.json").is_file())
+    phases = [json.loads((seed / "logs" / "phase_seconds.json").read_text()) for seed in seeds]
+    names = list(dict.fromkeys(name for seconds in phases for name in seconds))
+    lines = [f"Minutes per phase, median over {len(seeds)} seed(s) (min-max); `rl` includes its final evaluation.", "",
+             "| phase | minutes |", "|---|---|"]
+    for name in names:
+        values = [seconds[name] / 60 for seconds in phases if name in seconds]
+        lines.append(f"| {name} | {statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f}) |")
+    steps = [row for seed in seeds if (seed / "rl" / "logs" / "metrics.jsonl").is_file()
+             for row in read_metrics(seed / "rl" / "logs" / "metrics.jsonl") if "timing_s/step" in row]
+    if steps:
+        step = statistics.median(row["timing_s/step"] for row in steps)
+        lines += ["", f"One RL step: median {step:.1f} s over {len(steps)} steps; its parts (median s, share of the median step):",
+                  "", "| part | seconds | share |", "|---|---|---|"]
+        for key, label in STEP_PARTS.items():
+            part = statistics.median(row.get(key, 0.0) for row in steps)
+            lines.append(f"| {label} | {part:.1f} | {part / step:.0%} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", type=Path, help="the folder holding seed0, seed1, ...")
@@ -52,6 +82,9 @@ def main() -> int:
     out = RESULTS / f"{args.runs.name}-types.md"
     out.write_text(table(args.runs))
     print(out.read_text())
+    times = RESULTS / f"{args.runs.name}-time.md"
+    times.write_text(time_table(args.runs))
+    print(times.read_text())
     return 0
 
 
