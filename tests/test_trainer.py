@@ -143,6 +143,31 @@ def test_critic_regresses_to_its_targets(tiny_model_dir):
     assert clipped.values(prompts, 100) == [0.0, 0.0]
 
 
+def test_the_critic_runs_each_distinct_prompt_once_with_the_same_values_and_gradients(tiny_model_dir):
+    from agentrl.advantages.ppo import PPOConfig
+    from agentrl.critic import Critic
+
+    critic = Critic(str(tiny_model_dir), PPOConfig())
+    torch.nn.init.normal_(critic.head.weight, std=0.1)  # a value head that reads the hidden state
+    prompts = [[5, 6, 7, 8], [9, 10, 11], [5, 6, 7, 8], [5, 6, 7, 8]]
+    weights = torch.tensor([1.0, -2.0, 0.5, 3.0])
+    seen = []
+    hook = critic.body.register_forward_pre_hook(lambda module, args, kwargs: seen.append(kwargs["input_ids"].shape[0]),
+                                                 with_kwargs=True)
+    together = critic(prompts)
+    hook.remove()
+    assert seen == [2]  # two distinct prompts
+    (together * weights).sum().backward()
+    grads = {n: p.grad.clone() for n, p in critic.named_parameters()}
+    critic.zero_grad()
+    alone = torch.stack([critic([p])[0] for p in prompts])
+    (alone * weights).sum().backward()
+    torch.testing.assert_close(together, alone, atol=1e-6, rtol=0)
+    for name, param in critic.named_parameters():
+        torch.testing.assert_close(grads[name], param.grad, atol=1e-5, rtol=1e-5, msg=name)
+    assert together[0] == together[2] == together[3] != together[1]
+
+
 def test_nthr_runs_inside_the_update(tiny_model_dir, tmp_path):
     config = small_config(tmp_path, 1, nthr={"tau": 1.0, "eta": 0.5})
     trainer = RLTrainer(config, str(tiny_model_dir), tmp_path)

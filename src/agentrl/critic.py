@@ -38,11 +38,16 @@ class Critic(torch.nn.Module):
                                            weight_decay=config.critic_weight_decay)
 
     def forward(self, prompts: list[list[int]]) -> torch.Tensor:
-        """V (B,) of right-padded prompts, read at each prompt's last token."""
-        batch = collate([TrainSample(ids, [False] * len(ids)) for ids in prompts], self.pad_id).to(self.head.weight.device)
+        """V (B,) of the prompts, read at each prompt's last token. Each distinct prompt (a state
+        several step samples share) runs once; its value, and its gradient, serve all of them."""
+        distinct = {tuple(ids): None for ids in prompts}
+        index = {ids: i for i, ids in enumerate(distinct)}
+        batch = collate([TrainSample(list(ids), [False] * len(ids)) for ids in distinct], self.pad_id
+                        ).to(self.head.weight.device)
         hidden = self.body(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
         last = batch.attention_mask.sum(1) - 1
-        return self.head(hidden[torch.arange(len(prompts), device=last.device), last]).squeeze(-1).float()
+        values = self.head(hidden[torch.arange(len(distinct), device=last.device), last]).squeeze(-1).float()
+        return values[torch.tensor([index[tuple(ids)] for ids in prompts], device=values.device)]
 
     @torch.no_grad()
     def values(self, prompts: list[list[int]], token_budget: int) -> list[float]:
