@@ -93,8 +93,9 @@ vllm-env: $(VLLM_STAMP)
 SEED ?= 0
 EXPERT_EPISODES_alfworld := 200
 EXPERT_EPISODES_scienceworld := 400
+EXPERT_SET_scienceworld := --set env.gold_path=true
 runs/%-cpu/expert.jsonl: recipes/%-cpu.yaml | $(STAMP)
-	$(VENV)/bin/agentrl data $< --out $@ --episodes $(EXPERT_EPISODES_$*)
+	$(VENV)/bin/agentrl data $< --out $@ --episodes $(EXPERT_EPISODES_$*) $(EXPERT_SET_$*)
 
 define engine_cpu
 	$(VENV)/bin/agentrl run recipes/$(1)-cpu.yaml --set seed=$(SEED) --set run_dir=runs/$(1)-cpu/seed$(SEED) \

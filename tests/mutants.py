@@ -340,6 +340,8 @@ MUTANTS = [
     Mutant("critic: a distinct prompt's value handed to the samples in batch order, not by prompt", "src/agentrl/critic.py",
            "[index[tuple(ids)] for ids in prompts]", "[min(i, len(distinct) - 1) for i in range(len(prompts))]",
            ["test_trainer.py"]),
+    Mutant("scienceworld: train_task_types ignored", "src/agentrl/envs/scienceworld/env.py",
+           "pairs = [(t, v) for t, v in pairs if t in kept]", "pairs = list(pairs)", ["test_scienceworld.py"]),
     Mutant("env pool: a worker's time limit is one environment's, whatever the number it runs",
            "src/agentrl/envs/pool.py", "self.timeouts[command] * len(slots)", "self.timeouts[command]", ["test_pool.py"]),
     Mutant("scienceworld: a split lists each task type's variations together (a prefix misses types)",

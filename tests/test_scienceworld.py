@@ -2,6 +2,7 @@
 
 import json
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,37 @@ def test_a_split_prefix_covers_every_task_type(env, scienceworld_splits):
         types = {env.task_type(t) for t in listed}
         assert {env.task_type(t) for t in listed[:len(types)]} == types
         assert len({env.task_type(t) for t in listed[:5]}) == 5
+
+
+def test_train_task_types_and_resets_without_a_gold_path(env, scienceworld_splits):
+    """`train_task_types` keeps those types in the train split only; `gold_path: false` skips the
+    engine's gold-path simulation (minutes for inclined-plane tasks): the same first observation,
+    no expert."""
+    from agentrl.config import ConfigError
+    from agentrl.envs.base import NoExpertMove
+
+    kept = ["lifespan-longest-lived", "find-animal"]
+    quick = ScienceWorldEnv(splits_dir=scienceworld_splits, gold_path=False, train_task_types=kept)
+    try:
+        train = quick.split_tasks("train")
+        assert {quick.task_type(t) for t in train} == set(kept)
+        assert len(train) == sum(env.task_type(t) in kept for t in env.split_tasks("train"))
+        assert quick.split_tasks("l0") == env.split_tasks("l0")  # evaluation splits untouched
+        task = train[0]
+        assert quick.reset(task).text == env.reset(task).text
+        with pytest.raises(NoExpertMove, match="gold_path"):
+            quick.expert_action()
+        start = time.perf_counter()
+        quick.reset(next(t for t in quick.split_tasks("l0") if t.startswith("inclined-plane-determine-angle/")))
+        assert time.perf_counter() - start < 10  # with its gold path: minutes
+    finally:
+        quick.close()
+    wrong = ScienceWorldEnv(splits_dir=scienceworld_splits, train_task_types=["find-unicorn"])
+    try:
+        with pytest.raises(ConfigError, match=r"env.train_task_types: unknown ScienceWorld task\(s\) \['find-unicorn'\]"):
+            wrong.split_tasks("train")
+    finally:
+        wrong.close()
 
 
 def test_gold_paths_score_100_across_tasks(env):

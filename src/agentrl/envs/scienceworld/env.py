@@ -58,6 +58,12 @@ class ScienceWorldEnvConfig(Section):
     not show them). Costs ~8 ms of more than one core a step: ~100 steps/s instead of ~600."""
     jvm_options: str = ""
     """Extra JVM options of each environment's JVM (e.g. "-XX:ActiveProcessorCount=1")."""
+    gold_path: bool = True
+    """Generate the gold path at each reset: the expert (`expert_action`) and each step's
+    `progress` (GCD's env labels) follow it. The engine simulates it, which takes minutes of JVM
+    time for some variations (inclined-plane-*); false skips it (no expert, progress unknown)."""
+    train_task_types: list[str] | None = None
+    """Task names the train split keeps (None: all of its types); the evaluation splits keep all."""
 
 
 NOT_UNDERSTOOD = "No known action matches that input."
@@ -84,13 +90,15 @@ def read_split(path: Path, part: str) -> list[tuple[int, int]]:
 class ScienceWorldEnv:
     def __init__(self, splits_dir: str | None = None, train_split: str = "l0", max_steps: int = 30,
                  simplification: str = "easy", jvm_heap: str = "512m", objects_budget: int = 1500,
-                 valid_actions: bool = False, jvm_options: str = ""):
+                 valid_actions: bool = False, jvm_options: str = "", gold_path: bool = True,
+                 train_task_types: list[str] | None = None):
         from scienceworld import ScienceWorldEnv as Engine
 
         logging.getLogger("py4j").setLevel(logging.CRITICAL)  # a dead JVM floods the log otherwise
         self.splits_dir = Path(splits_dir) if splits_dir else None
         self.train_split, self.max_steps = train_split, max_steps
         self.simplification, self.objects_budget, self.valid_actions = simplification, objects_budget, valid_actions
+        self.gold_path, self.train_task_types = gold_path, train_task_types
         previous = os.environ.get("JAVA_TOOL_OPTIONS")
         os.environ["JAVA_TOOL_OPTIONS"] = f"-Xmx{jvm_heap} {jvm_options}".strip()  # read by the JVM launched now
         try:
@@ -121,6 +129,13 @@ class ScienceWorldEnv:
                 if not 0 <= task < len(self.task_names):
                     raise ValueError(f"{self.splits_dir / name}: task index {task} out of range "
                                      f"(ScienceWorld has {len(self.task_names)} tasks)")
+            if split == "train" and self.train_task_types is not None:
+                unknown = sorted(set(self.train_task_types) - set(self.task_names))
+                if unknown:
+                    raise ConfigError(f"env.train_task_types: unknown ScienceWorld task(s) {unknown}; the tasks are "
+                                      f"{', '.join(self.task_names)}")
+                kept = {self.task_names.index(name) for name in self.train_task_types}
+                pairs = [(t, v) for t, v in pairs if t in kept]
             self._splits[split] = [f"{self.task_names[t]}/{v}" for t, v in pairs]
         return self._splits[split]
 
@@ -132,11 +147,11 @@ class ScienceWorldEnv:
         name, _, variation = task_id.rpartition("/")
         if name not in self.task_names or not variation.isdigit():
             raise ValueError(f"ScienceWorld task id {task_id!r} is not '<task name>/<variation>'")
-        self._engine.load(name, int(variation), simplificationStr=self.simplification, generateGoldPath=True)
+        self._engine.load(name, int(variation), simplificationStr=self.simplification, generateGoldPath=self.gold_path)
         self._server.reset()
         text = self._server.step("look around")  # the engine's own reset does this first move too
         self.task_id, self.steps, self.score = task_id, 0, 0  # the points of this first look count in step 1
-        self.gold = self._strings(self._server.getGoldActionSequence())
+        self.gold = self._strings(self._server.getGoldActionSequence()) if self.gold_path else []
         self.expert_step = 0
         self.task = self._server.freeActionTaskDesc().strip()
         return self._observation(text)
@@ -191,6 +206,8 @@ class ScienceWorldEnv:
 
     # --- expert --------------------------------------------------------------------------------
     def expert_action(self) -> tuple[str, str]:
+        if not self.gold_path:
+            raise NoExpertMove("ScienceWorld: no expert with env.gold_path: false (no gold path is generated)")
         if self.expert_step >= len(self.gold):
             raise NoExpertMove(f"ScienceWorld {self.task_id}: the agent left the gold path; no expert move")
         return "I follow the plan for this task.", self.gold[self.expert_step]
