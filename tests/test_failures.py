@@ -107,6 +107,8 @@ def test_bad_paths_exit_2_at_once_naming_the_path(tmp_path, capsys, tiny_model_d
          "model nope/none/x does not exist"),
         (["run", write(tmp_path / "r2.yaml", with_(run_dir=str(tmp_path / "run"), model={"path": str(tiny_model_dir)},
                                                    sft={"data": str(tmp_path / "none.jsonl")}))], "sft.data"),
+        (["run", write(tmp_path / "r5.yaml", with_(run_dir=str(tmp_path / "run"), init={"corpus": "nowhere.jsonl"}))],
+         "init.corpus: nowhere.jsonl does not exist"),
         (["prepare", write(tmp_path / "r3.yaml", with_(env={"type": "alfworld", "data": str(tmp_path / "games")}))],
          "env.data: ALFWorld data"),
         (["sft", write(tmp_path / "r4.yaml", with_(env={"type": "scienceworld", "splits_dir": str(tmp_path)})),

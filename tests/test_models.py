@@ -22,3 +22,26 @@ def test_tiny_model_config(tiny_model_dir):
     assert config.model_type == "qwen2"
     assert config.hidden_size // config.num_attention_heads == 64
     assert config.vocab_size == len(load_tokenizer(tiny_model_dir))
+
+
+def test_a_tokenizer_from_a_chat_dataset_plays_no_episode(tmp_path):
+    """`init.corpus`: the tokenizer learns the dataset's text (its words become single tokens)
+    and no expert episode is played (the environment is never asked for one)."""
+    import json
+
+    from agentrl.config import PromptConfig, TinyModelConfig
+    from agentrl.models import init_tiny_model
+
+    class NoEpisodes:
+        def split_tasks(self, split):
+            raise AssertionError("the corpus file replaces the expert episodes")
+
+    line = {"messages": [{"role": "user", "content": "zorblat quaxen " * 50},
+                         {"role": "assistant", "content": "<action>zorblat</action>"}]}
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps(line) + "\n")
+    out = init_tiny_model(tmp_path / "model", TinyModelConfig(layers=1, vocab_size=300, corpus=str(corpus)),
+                          NoEpisodes(), PromptConfig())
+    tokenizer = load_tokenizer(out)
+    assert len(tokenizer(" zorblat", add_special_tokens=False).input_ids) == 1
+    assert len(tokenizer(" qwertyx", add_special_tokens=False).input_ids) > 1  # never seen

@@ -80,9 +80,12 @@ def environment_corpus(env, prompt, episodes: int, seed: int) -> list[str]:
 
 def init_tiny_model(out_dir: str | Path, tiny, env, prompt, seed: int = 0) -> Path:
     """Train a tokenizer on the environment's text and save a random-init Qwen2 beside it."""
+    from agentrl.data import read_chat_dataset
+
     out_dir = Path(out_dir)
-    tokenizer = train_tokenizer(environment_corpus(env, prompt, tiny.corpus_episodes, seed),
-                                tiny.vocab_size)
+    corpus = ([m["content"] for messages in read_chat_dataset(tiny.corpus) for m in messages] if tiny.corpus
+              else environment_corpus(env, prompt, tiny.corpus_episodes, seed))
+    tokenizer = train_tokenizer(corpus, tiny.vocab_size)
     heads = tiny.hidden_size // 64  # head_dim 64: the smallest vLLM's CPU attention supports
     config = Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=tiny.hidden_size, intermediate_size=tiny.intermediate_size,

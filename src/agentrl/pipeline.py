@@ -225,6 +225,8 @@ def _until_sft(config: Config, restart: bool) -> dict:
         resolve_model(config.model.path)  # a wrong path fails now, not after a phase
     if config.sft is not None and config.sft.data is not None and not Path(config.sft.data).is_file():
         raise ConfigError(f"sft.data: {config.sft.data} does not exist")
+    if config.init is not None and config.init.corpus is not None and not Path(config.init.corpus).is_file():
+        raise ConfigError(f"init.corpus: {config.init.corpus} does not exist")
     if restart:
         (run_dir / "phases.json").unlink(missing_ok=True)
         for path in [run_dir / "sft", run_dir / "rl", run_dir / "eval",
@@ -238,6 +240,8 @@ def _until_sft(config: Config, restart: bool) -> dict:
     seconds: dict[str, float] = {}  # of the phases run now
     if config.init is not None:
         settings = {**config_settings(config, "seed", "init", "env", "prompt"), **plugins, "model.path": model_path}
+        if config.init.corpus is not None:
+            settings["init.corpus.fingerprint"] = _file_fingerprint(Path(config.init.corpus))
         if not phases.reusable("init", settings, (Path(model_path) / "config.json").exists()):
             with timed(seconds, "init"):
                 make_tiny_model(config, model_path)

@@ -43,6 +43,9 @@ class TinyModelConfig(Section):
     """Key/value heads (grouped-query attention; at most hidden_size / 64)."""
     corpus_episodes: int = Field(300, ge=10)
     """Expert episodes whose prompts and responses train the tokenizer."""
+    corpus: str | None = None
+    """A JSONL chat dataset (the SFT data's format, e.g. expert data made once) whose messages
+    train the tokenizer instead of playing `corpus_episodes` expert episodes."""
 
 
 class PromptConfig(Section):
