@@ -10,7 +10,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: help demo demo-seeds docs lock alfworld-cpu scienceworld-cpu testbed testbed-gcd test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
+.PHONY: help demo demo-seeds docs lock alfworld-cpu scienceworld-cpu FORCE testbed testbed-gcd test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
 	pipeline sft rl eval plan
 
 help:  ## this list
@@ -88,14 +88,14 @@ $(VLLM_STAMP): pyproject.toml constraints-vllm.txt
 vllm-env: $(VLLM_STAMP)
 
 # The real engines on CPU: one seed of the whole pipeline (SEED=k), from expert data made once for
-# every seed (remade when the recipe changes), then the SFT-vs-RL comparison over the seeds run so
+# every seed (`agentrl data` remakes it only when a setting it depends on changes), then the SFT-vs-RL comparison over the seeds run so
 # far and the per-task-type table. One seed: within an hour on 2 cores.
 SEED ?= 0
 EXPERT_EPISODES_alfworld := 200
 EXPERT_EPISODES_scienceworld := 400
 EXPERT_SET_scienceworld := --set env.gold_path=true
-runs/%-cpu/expert.jsonl: recipes/%-cpu.yaml | $(STAMP)
-	$(VENV)/bin/agentrl data $< --out $@ --episodes $(EXPERT_EPISODES_$*) $(EXPERT_SET_$*)
+runs/%-cpu/expert.jsonl: FORCE | $(STAMP)
+	$(VENV)/bin/agentrl data recipes/$*-cpu.yaml --out $@ --episodes $(EXPERT_EPISODES_$*) $(EXPERT_SET_$*)
 
 define engine_cpu
 	$(VENV)/bin/agentrl run recipes/$(1)-cpu.yaml --set seed=$(SEED) --set run_dir=runs/$(1)-cpu/seed$(SEED) \
@@ -111,6 +111,8 @@ alfworld-cpu: runs/alfworld-cpu/expert.jsonl  ## one seed (SEED=k) of the pipeli
 
 scienceworld-cpu: runs/scienceworld-cpu/expert.jsonl  ## the same on real ScienceWorld (SEED=k)
 	$(call engine_cpu,scienceworld)
+
+FORCE:
 
 # The documentation site (docs/, MkDocs Material): the reference pages regenerated from the code,
 # then built into site/ with warnings (broken links, missing pages) as errors. The suite builds it too.

@@ -344,6 +344,8 @@ MUTANTS = [
            "pairs = [(t, v) for t, v in pairs if t in kept]", "pairs = list(pairs)", ["test_scienceworld.py"]),
     Mutant("init: the tokenizer corpus file ignored (expert episodes played instead)", "src/agentrl/models.py",
            "for m in messages] if tiny.corpus", "for m in messages] if False", ["test_models.py"]),
+    Mutant("data: expert data reused whatever the settings it was made with", "src/agentrl/pipeline.py",
+           "if phases.reusable(name, settings, out.is_file()):", "if out.is_file():", ["test_cli.py"]),
     Mutant("env pool: a worker's time limit is one environment's, whatever the number it runs",
            "src/agentrl/envs/pool.py", "self.timeouts[command] * len(slots)", "self.timeouts[command]", ["test_pool.py"]),
     Mutant("scienceworld: a split lists each task type's variations together (a prefix misses types)",

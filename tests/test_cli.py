@@ -291,6 +291,14 @@ def test_data_from_a_recipe_without_sft_or_rl_sections(tmp_path, capsys):
     stats = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows and len({r["task_id"] for r in rows}) == 3 and stats["episodes"] == 3
+    # Made once: the same settings reuse it (a setting it does not depend on changed, too); a
+    # setting it depends on remakes it.
+    made = out.stat().st_mtime_ns
+    assert main(["data", str(path), "--out", str(out), "--episodes", "3", "--set", "eval.episodes=7"]) == 0
+    assert "done earlier with the same settings, reused" in capsys.readouterr().err and out.stat().st_mtime_ns == made
+    assert main(["data", str(path), "--out", str(out), "--episodes", "3", "--set", "env.max_steps=12"]) == 0
+    assert "settings changed (env.max_steps: 10 -> 12), redoing" in capsys.readouterr().err
+    assert out.stat().st_mtime_ns != made
 
 
 def test_the_initial_evaluation_can_be_skipped_and_added_later(tmp_path, capsys):

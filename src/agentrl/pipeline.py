@@ -95,6 +95,23 @@ def expert_data(config: Config, out: str | Path, episodes: int, judgments: int =
     return stats
 
 
+def expert_data_once(config: Config, out: str | Path, episodes: int, judgments: int = 0, split: str = "train",
+                     say=print) -> dict | None:
+    """`expert_data` (`agentrl data`), unless `out` holds what the same settings made (recorded in
+    its folder's phases.json): then None. Settings elsewhere in the recipe do not remake it."""
+    out = Path(out)
+    sft_config = config.sft or SFTConfig()
+    settings = {**config_settings(config, "seed", "env", "prompt"), **plugin_fingerprints(config),
+                "episodes": episodes, "judgments": judgments, "split": split,
+                "sft.detours": sft_config.detours, "sft.keep_failed": sft_config.keep_failed}
+    phases, name = Phases(out.parent, say), f"expert data {out.name}"
+    if phases.reusable(name, settings, out.is_file()):
+        return None
+    stats = expert_data(config, out, episodes, judgments, split)
+    phases.complete(name, settings)
+    return stats
+
+
 def sft(config: Config, model_path: str, data: str | Path, out: str | Path, log_dir: str | Path | None = None,
         settings: dict | None = None) -> Path:
     """SFT of `model_path` on `data` into the HF folder `out` (logs: `log_dir`, default out/logs),
