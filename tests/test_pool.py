@@ -25,13 +25,14 @@ def test_worker_processes_match_in_process():
 
 
 def test_the_time_limit_is_per_environment_of_a_worker():
-    """A worker runs its environments one after another: 3 resets of 0.4 s each (1.2 s) are within
-    a 0.6 s limit per reset; one that hangs is not (the worker is replaced, its episodes aborted)."""
+    """A worker runs its environments one after another: 4 resets of 1 s each (4 s, plus the
+    worker's start) are within a 3 s limit per reset; one that hangs is not (the worker is
+    replaced, its episodes aborted)."""
     from agentrl.envs.latency import LatencyEnvConfig
 
-    slow = LatencyEnvConfig(reset_median_s=0.4, step_median_s=0.0, step_sigma=0.0)
-    with EnvPool(slow, EnvPoolConfig(workers=1, reset_timeout_s=0.6)) as pool:
-        observations = pool.reset({slot: f"train-{slot}" for slot in range(3)})
+    slow = LatencyEnvConfig(reset_median_s=1.0, step_median_s=0.0, step_sigma=0.0)
+    with EnvPool(slow, EnvPoolConfig(workers=1, reset_timeout_s=3.0)) as pool:
+        observations = pool.reset({slot: f"train-{slot}" for slot in range(4)})
         assert all(o is not None for o in observations.values()) and not pool.faults
     hung = LatencyEnvConfig(reset_median_s=2.0, step_median_s=0.0, step_sigma=0.0)
     with EnvPool(hung, EnvPoolConfig(workers=1, reset_timeout_s=0.6)) as pool:

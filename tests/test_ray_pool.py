@@ -81,7 +81,8 @@ def test_an_actor_killed_or_hung_mid_step_aborts_exactly_its_episodes(cluster):
         assert answers[0] is None and answers[3] is None and answers[1] is None and answers[2] is not None
         assert len(pool.faults) == 2
         assert "worker 0 exited during a step" in pool.faults[0]
-        assert "worker 1 did not answer a step within the time limit (rl.env_pool.step_timeout_s = 3)" in pool.faults[1]
+        assert ("worker 1 did not answer a step of 1 environment(s) within the time limit "
+                "(rl.env_pool.step_timeout_s = 3 each)") in pool.faults[1]
         # The replacements serve new episodes.
         assert all(o is not None for o in pool.reset({0: "train-0", 1: "train-1", 3: "train-3"}).values())
         assert actor_pid(pool, 0) != pids[0] and actor_pid(pool, 1) != pids[1]
