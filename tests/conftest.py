@@ -67,8 +67,10 @@ def processes(matches) -> list[int]:
 
 
 def java_processes(marker: str = "scienceworld") -> list[int]:
-    """PIDs of running JVMs whose command line mentions `marker` (orphan checks)."""
-    return processes(lambda cmdline: "java" in cmdline and marker in cmdline)
+    """PIDs of running JVMs whose command line mentions `marker` and this environment's packages
+    (orphan checks: the JVMs of another checkout's runs on the same machine are not ours)."""
+    prefix = __import__("sys").prefix
+    return processes(lambda cmdline: "java" in cmdline and marker in cmdline and prefix in cmdline)
 
 
 @pytest.fixture(scope="session", autouse=True)
