@@ -346,6 +346,8 @@ MUTANTS = [
            "for m in messages] if tiny.corpus", "for m in messages] if False", ["test_models.py"]),
     Mutant("data: expert data reused whatever the settings it was made with", "src/agentrl/pipeline.py",
            "if phases.reusable(name, settings, out.is_file()):", "if out.is_file():", ["test_cli.py"]),
+    Mutant("eval: mean return averaged over steps, not episodes", "src/agentrl/evaluate.py",
+           "sum(s.reward for s in steps) / max(n, 1)", "sum(s.reward for s in steps) / max(len(steps), 1)", EVAL),
     Mutant("env pool: a worker's time limit is one environment's, whatever the number it runs",
            "src/agentrl/envs/pool.py", "self.timeouts[command] * len(slots)", "self.timeouts[command]", ["test_pool.py"]),
     Mutant("scienceworld: a split lists each task type's variations together (a prefix misses types)",

@@ -16,7 +16,8 @@ def test_wilson_interval_by_hand():
 
 
 def episode(task_type, actions, success=False, aborted=False):
-    steps = [StepSample([1], [2], [0.0], response="", action=a, observation="o", anchor="o") for a in actions]
+    steps = [StepSample([1], [2], [0.0], response="", action=a, observation="o", anchor="o", reward=10.0 * success)
+             for a in actions]
     return Trajectory("t", 0, task_type, steps, success=success, aborted=aborted)
 
 
@@ -31,3 +32,4 @@ def test_summary_counts_aborted_episodes_apart():
     assert out["invalid_rate"] == pytest.approx(2 / 7)  # over the finished episodes' 7 steps
     assert out["repeated_rate"] == pytest.approx(1 / 7)  # "go", "go"
     assert out["mean_length"] == pytest.approx(7 / 4)
+    assert out["mean_return"] == pytest.approx((2 * 10 + 10) / 4)  # the successes' steps, aborted left out
