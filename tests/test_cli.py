@@ -7,6 +7,7 @@ import yaml
 from conftest import COMPACT
 
 from agentrl.cli import main
+from agentrl.provenance import Phases
 
 
 def recipe(tmp_path, **extra):
@@ -299,6 +300,18 @@ def test_data_from_a_recipe_without_sft_or_rl_sections(tmp_path, capsys):
     assert main(["data", str(path), "--out", str(out), "--episodes", "3", "--set", "env.max_steps=12"]) == 0
     assert "settings changed (env.max_steps: 10 -> 12), redoing" in capsys.readouterr().err
     assert out.stat().st_mtime_ns != made
+
+
+def test_a_setting_added_since_at_its_default_none_keeps_a_phase(tmp_path):
+    """A phase recorded before a setting existed is reused while the new setting is None (the old
+    behaviour: ALFWorld's init redid itself, naming no change, when `init.corpus` was added), and
+    redone, naming it, once it is set."""
+    said = []
+    Phases(tmp_path, said.append).complete("init", {"init.d_model": 64})
+    phases = Phases(tmp_path, said.append)
+    assert phases.reusable("init", {"init.d_model": 64, "init.corpus": None}, True)
+    assert not phases.reusable("init", {"init.d_model": 64, "init.corpus": "data.jsonl"}, True)
+    assert said[-1] == "init: settings changed (init.corpus: (unset) -> data.jsonl), redoing"
 
 
 def test_the_initial_evaluation_can_be_skipped_and_added_later(tmp_path, capsys):

@@ -75,7 +75,8 @@ def plugin_fingerprints(config: Config) -> dict[str, str]:
 
 
 def changes(old: dict, new: dict) -> list[str]:
-    """'key: old -> new' for every setting that differs (added or removed keys included)."""
+    """'key: old -> new' for every setting that differs. A key one side lacks counts as None: a
+    setting added since, at its default None (the old behaviour), changes nothing."""
     keys = sorted(set(old) | set(new))
     return [f"{k}: {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}" for k in keys if old.get(k) != new.get(k)]
 
@@ -92,7 +93,7 @@ class Phases:
         """True when `name` completed with exactly `settings` and its output is there; otherwise
         says in one line why it runs."""
         previous = self.done.get(name)
-        if previous == settings and output_exists:
+        if previous is not None and not changes(previous, settings) and output_exists:
             self.say(f"{name}: done earlier with the same settings, reused")
             return True
         set_stage(name)
