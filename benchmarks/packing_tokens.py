@@ -5,8 +5,9 @@
 - whole prompts: each mini-batch's distinct prompts once plus every response (sharing only
   identical prompts, as Prefix Grouper does);
 - packed: what `micro_batches(..., pack=True)` computes for the update's mini-batches
-  (`rl.mini_batch_size`, shuffled as the trainer does), and for the whole step at once (the
-  sampler check, or an update with one mini-batch per step);
+  (`rl.mini_batch_size`, dealt as the trainer does: shuffled, or grouped by task group with
+  `rl.mini_batch_order: grouped`), and for the whole step at once (the sampler check, or an
+  update with one mini-batch per step);
 - distinct: the step's prompts as one prefix tree plus every response (the floor).
 
 Gradients equal to the unpacked update's bound the sharing to one mini-batch: the weights change
@@ -28,20 +29,23 @@ from agentrl.actor.batch import TrainSample, micro_batches
 from agentrl.models import load_tokenizer
 from agentrl.recipe import load_config
 from agentrl.rollout.collect import encode_prompt
-from agentrl.trainer import mini_batch_split
+from agentrl.trainer import mini_batch_split, shuffled
 from results_csv import append_rows, commit
 
 RESULTS = Path(__file__).resolve().parent / "results" / "packing_tokens.csv"
 
 
-def step_samples(path: Path, tokenizer) -> list[TrainSample]:
-    samples = []
+def step_samples(path: Path, tokenizer) -> tuple[list[TrainSample], list[int]]:
+    """A saved step's samples and each one's task group."""
+    samples, groups = [], []
     with gzip.open(path, "rt") as f:
         for line in f:
-            for step in json.loads(line)["steps"]:
+            trajectory = json.loads(line)
+            for step in trajectory["steps"]:
                 response = tokenizer(step["response"], add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
                 samples.append(TrainSample.from_turn(encode_prompt(tokenizer, step["prompt"]), response))
-    return samples
+                groups.append(trajectory["group_id"])
+    return samples, groups
 
 
 def distinct(samples: list[TrainSample]) -> int:
@@ -64,16 +68,18 @@ def measure(run: Path, steps: int) -> dict:
     paths = sorted((run / "rl" / "rollouts").glob("step_*.jsonl.gz"))[-steps:]
     if not paths:
         raise SystemExit(f"{run}/rl/rollouts: no saved rollouts")
-    totals = dict.fromkeys(("samples", "processed", "whole_prompts", "packed", "packed_step", "distinct"), 0)
+    totals = dict.fromkeys(("samples", "processed", "whole_prompts", "packed", "packed_grouped", "packed_step",
+                            "distinct"), 0)
+    size, budget = config.rl.mini_batch_size, config.rl.micro_batch_tokens
     for path in paths:
-        samples = step_samples(path, tokenizer)
-        random.Random(path.name).shuffle(samples)
-        chunks = mini_batch_split(samples, config.rl.mini_batch_size, -(-len(samples) // config.rl.mini_batch_size), 1)
-        budget = config.rl.micro_batch_tokens
+        samples, groups = step_samples(path, tokenizer)
+        chunks = mini_batch_split(shuffled(samples, None, random.Random(path.name)), size, -(-len(samples) // size), 1)
+        grouped = mini_batch_split(shuffled(samples, groups, random.Random(path.name)), size, -(-len(samples) // size), 1)
         totals["samples"] += len(samples)
         totals["processed"] += sum(len(s.ids) for s in samples)
         totals["whole_prompts"] += sum(whole_prompts(chunk) for chunk in chunks)
         totals["packed"] += sum(computed(chunk, budget) for chunk in chunks)
+        totals["packed_grouped"] += sum(computed(chunk, budget) for chunk in grouped)
         totals["packed_step"] += computed(samples, budget)
         totals["distinct"] += distinct(samples)
     shares = {f"{k}_share": round(v / totals["processed"], 3) for k, v in totals.items() if k not in ("samples", "processed")}

@@ -302,16 +302,19 @@ def test_data_from_a_recipe_without_sft_or_rl_sections(tmp_path, capsys):
     assert out.stat().st_mtime_ns != made
 
 
-def test_a_setting_added_since_at_its_default_none_keeps_a_phase(tmp_path):
-    """A phase recorded before a setting existed is reused while the new setting is None (the old
-    behaviour: ALFWorld's init redid itself, naming no change, when `init.corpus` was added), and
-    redone, naming it, once it is set."""
+def test_a_setting_added_since_at_its_old_behaviour_keeps_a_phase(tmp_path):
+    """A phase recorded before a setting existed is reused while the new setting does what runs
+    did before it (None, or its `OLD_BEHAVIOUR` value; ALFWorld's init redid itself, naming no
+    change, when `init.corpus` was added), and redone, naming it, once it is set otherwise."""
     said = []
     Phases(tmp_path, said.append).complete("init", {"init.d_model": 64})
     phases = Phases(tmp_path, said.append)
     assert phases.reusable("init", {"init.d_model": 64, "init.corpus": None}, True)
     assert not phases.reusable("init", {"init.d_model": 64, "init.corpus": "data.jsonl"}, True)
     assert said[-1] == "init: settings changed (init.corpus: (unset) -> data.jsonl), redoing"
+    phases.complete("rl", {"rl.steps": 3})  # recorded before rl.mini_batch_order existed
+    assert phases.reusable("rl", {"rl.steps": 3, "rl.mini_batch_order": "shuffled"}, True)
+    assert not phases.reusable("rl", {"rl.steps": 3, "rl.mini_batch_order": "grouped"}, True)
 
 
 def test_the_initial_evaluation_can_be_skipped_and_added_later(tmp_path, capsys):

@@ -1,5 +1,6 @@
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from safetensors.torch import load_file
 from agentrl.checkpoint import list_checkpoints
 from agentrl.recipe import validate_config
 from agentrl.tracking import read_metrics
-from agentrl.trainer import RLTrainer
+from agentrl.trainer import RLTrainer, shuffled
 
 
 def small_config(run_dir, steps, **rl):
@@ -75,6 +76,33 @@ def test_training_changes_the_weights_and_logs_namespaced_metrics(tiny_model_dir
                 "timing_s/env", "timing_s/update", "adv/iqr"]:
         assert key in metrics, key
     assert metrics["rollout/length"] == 3.0  # untrained model: every episode runs to max_steps
+
+
+def test_shuffled_deals_whole_task_groups_or_every_sample():
+    samples, groups = list(range(12)), [7, 7, 7, 3, 3, 3, 3, 9, 9, 5, 5, 5]
+    plain = list(samples)
+    random.Random(4).shuffle(plain)
+    assert shuffled(samples, None, random.Random(4)) == plain and samples == list(range(12))  # a copy, as before
+    orders = {tuple(shuffled(samples, groups, random.Random(seed))) for seed in range(20)}
+    assert len(orders) > 1
+    for order in orders:
+        runs = [groups[s] for s in order]
+        assert sorted(order) == samples and len({g for g, prev in zip(runs, [None, *runs]) if g != prev}) == 4
+        assert all(list(order).index(a) < list(order).index(b) for a, b in zip(samples, samples[1:])
+                   if groups[a] == groups[b])  # each group's samples in their order
+
+
+def test_grouped_mini_batches_compute_fewer_tokens_on_the_same_rollouts(tiny_model_dir, tmp_path):
+    """Mini-batches of whole task groups keep each group's shared prompts together: the same step
+    samples, fewer computed tokens."""
+    computed = {}
+    for order in ("shuffled", "grouped"):
+        config = small_config(tmp_path / order, 1, tasks_per_step=4, mini_batch_size=9, mini_batch_order=order)
+        with RLTrainer(config, str(tiny_model_dir), tmp_path / order) as trainer:
+            metrics = trainer.train_step()
+        computed[order] = (metrics["tokens/processed"], metrics["tokens/computed"])
+    assert computed["grouped"][0] == computed["shuffled"][0]
+    assert computed["grouped"][1] < computed["shuffled"][1]
 
 
 def test_aux_loss_joins_the_update(tiny_model_dir, tmp_path):

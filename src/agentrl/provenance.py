@@ -74,11 +74,17 @@ def plugin_fingerprints(config: Config) -> dict[str, str]:
     return out
 
 
+OLD_BEHAVIOUR = {"rl.mini_batch_order": "shuffled"}
+"""Settings added since runs were first recorded whose default is not None, each with the value
+that does what runs recorded without it did."""
+
+
 def changes(old: dict, new: dict) -> list[str]:
-    """'key: old -> new' for every setting that differs. A key one side lacks counts as None: a
-    setting added since, at its default None (the old behaviour), changes nothing."""
+    """'key: old -> new' for every setting that differs. A key a record lacks was added since: at
+    None or its `OLD_BEHAVIOUR` value it changes nothing."""
     keys = sorted(set(old) | set(new))
-    return [f"{k}: {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}" for k in keys if old.get(k) != new.get(k)]
+    return [f"{k}: {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}" for k in keys
+            if old.get(k, OLD_BEHAVIOUR.get(k)) != new.get(k, OLD_BEHAVIOUR.get(k))]
 
 
 class Phases:

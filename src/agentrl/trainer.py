@@ -183,7 +183,8 @@ class RLTrainer:
             aux_batches = {aux.name: aux.prepare(usable, step) for aux in self.aux_losses}
         self.sampler.sleep()  # (vLLM on a GPU) its memory is the actor's until the weights are pushed
         with timed(timing, "update"):
-            totals, n_updates, computed = self._update(batch.samples, aux_batches, step)
+            groups = [t.group_id for t in usable for _ in t.steps]
+            totals, n_updates, computed = self._update(batch.samples, groups, aux_batches, step)
         self._hook("after_update", batch, timing)  # e.g. the critic's regression
         self.sampler.update_weights(self.actor.weights())
 
@@ -253,17 +254,19 @@ class RLTrainer:
             with timed(timing, component.name):
                 getattr(component, hook)(batch)
 
-    def _update(self, samples: list[TrainSample], aux_batches: dict, step: int) -> tuple[dict[str, float], int, int]:
+    def _update(self, samples: list[TrainSample], groups: list[int], aux_batches: dict,
+                step: int) -> tuple[dict[str, float], int, int]:
         """`rl.epochs` passes of mini-batch optimiser steps (the policy loss plus each auxiliary
-        loss's share); returns the summed actor metrics, the number of optimiser steps and the
-        tokens the policy loss's forward passes ran (packed rows count a shared prompt once)."""
+        loss's share) over the samples in `rl.mini_batch_order` (`groups`: each sample's task
+        group); returns the summed actor metrics, the number of optimiser steps and the tokens the
+        policy loss's forward passes ran (packed rows count a shared prompt once)."""
         rl, pad = self.rl, self.tokenizer.pad_token_id
         totals: dict[str, float] = {}
         computed = 0
         order = random.Random(step_seed(self.config.seed, step, "shuffle"))
         n_chunks = -(-int(distributed.all_sum([len(samples)])[0]) // rl.mini_batch_size)
         for _ in range(rl.epochs):
-            order.shuffle(samples)
+            samples = shuffled(samples, groups if rl.mini_batch_order == "grouped" else None, order)
             for k, chunk in enumerate(mini_batch_split(samples, rl.mini_batch_size, n_chunks, self.world)):
                 lengths = [s.n_targets for s in chunk]
                 weights = aggregation_weights(lengths, rl.loss_agg, distributed.all_sum([sum(lengths), len(lengths)]))
@@ -406,6 +409,21 @@ def eval_metrics(results: dict) -> dict[str, float]:
         metrics.update({f"eval/{split}/success/{kind}": rate for kind, rate in r["per_task_type"].items()})
         metrics[f"eval/{split}/ci95_low"], metrics[f"eval/{split}/ci95_high"] = r["ci95"]
     return metrics
+
+
+def shuffled(samples: list, groups: list[int] | None, rng: random.Random) -> list:
+    """A shuffled copy of `samples`; with `groups` (each sample's task group), the groups in a
+    random order, each one's samples kept together in their order."""
+    if groups is None:
+        out = list(samples)
+        rng.shuffle(out)
+        return out
+    members: dict[int, list] = {}
+    for sample, group in zip(samples, groups):
+        members.setdefault(group, []).append(sample)
+    order = list(members)
+    rng.shuffle(order)
+    return [s for group in order for s in members[group]]
 
 
 def mini_batch_split(samples: list, size: int, n_chunks: int, world: int) -> list[list]:

@@ -79,6 +79,11 @@ class RLConfig(Section):
     """Rollouts per task; all play the same task instance."""
     mini_batch_size: int = Field(256, ge=1)
     """Step samples per optimiser step."""
+    mini_batch_order: Literal["shuffled", "grouped"] = "shuffled"
+    """How a step's samples are dealt into mini-batches: shuffled, or grouped (the task groups in
+    a random order, each group's samples together, as verl's actor does with `shuffle: false`).
+    Grouped keeps a group's shared prompts in one mini-batch, so prefix packing computes them
+    once (the demo's update: 28% of its tokens against 34% shuffled)."""
     micro_batch_tokens: int = Field(16384, ge=1)
     """Token budget of one forward/backward (does not change the update)."""
     pack_prefixes: bool = True
