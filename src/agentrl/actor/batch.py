@@ -118,6 +118,19 @@ def packed_attention(subtree_end: torch.Tensor) -> torch.Tensor:
     return ((key <= query) & (query < subtree_end[:, None, :]))[:, None]
 
 
+def tree_attention(model, subtree_end: torch.Tensor) -> torch.Tensor:
+    """`packed_attention` as `model`'s attention takes a 4-D mask: bool for sdpa, additive for eager."""
+    attention = packed_attention(subtree_end)
+    implementation = model.config._attn_implementation
+    if implementation == "eager":
+        return torch.zeros(attention.shape, dtype=model.dtype, device=attention.device
+                           ).masked_fill(~attention, torch.finfo(model.dtype).min)
+    if implementation != "sdpa":
+        raise ValueError(f"prefix packing needs sdpa or eager attention, not {implementation!r}: set "
+                         "rl.pack_prefixes / sft.pack_prefixes / rl.sampler.share_prefill to false")
+    return attention
+
+
 def collate(samples: list[TrainSample], pad_id: int = 0) -> TokenBatch:
     """One right-padded batch of `samples`, in their order; a per-token field is set when every
     sample has it (some but not all is an error: the losses would read misaligned values)."""
@@ -167,6 +180,21 @@ def row_length(row: list[TrainSample]) -> int:
     return total
 
 
+def tree_columns(row: list[TrainSample]) -> list[list[int]]:
+    """The column of each token of each sample of a row packed as a prefix tree: a sample's
+    leading prefix tokens in common with the previous sample's prefix sit in that one's columns,
+    the rest in new columns after the row's last."""
+    out, path, previous, n = [], [], [], 0
+    for s in row:
+        size = prefix_length(s)
+        shared = _shared(s.ids[:size], previous)
+        columns = path[:shared] + list(range(n, n + len(s.ids) - shared))
+        n += len(s.ids) - shared
+        out.append(columns)
+        path, previous = columns[:size], s.ids[:size]
+    return out
+
+
 def collate_rows(rows: list[list[TrainSample]], pad_id: int = 0) -> TokenBatch:
     """One packed batch: each row a prefix tree of its samples, in their order (module docstring).
     The trained tokens and per-token fields are in the order of the rows' samples, as `collate` of
@@ -179,29 +207,23 @@ def collate_rows(rows: list[list[TrainSample]], pad_id: int = 0) -> TokenBatch:
     subtree_end = torch.arange(1, width + 1).repeat(len(rows), 1)
     predict = []
     for r, row in enumerate(rows):
-        ids, trained, parent, position = [], [], [], []  # per column of the row
-        path: list[int] = []  # the columns of the previous sample's prefix
-        previous: list[int] = []
-        for s in row:
+        n = row_length(row)
+        ids, trained, parent, position = [0] * n, [False] * n, [-1] * n, [0] * n  # per column of the row
+        for s, columns in zip(row, tree_columns(row)):
             size = prefix_length(s)
-            shared = _shared(s.ids[:size], previous)
-            columns = path[:shared]  # this sample's token t sits in column columns[t]
-            for t in range(shared, len(s.ids)):
-                parent.append(columns[-1] if columns else -1)
-                columns.append(len(ids))
-                ids.append(s.ids[t])
-                position.append(t)
-                trained.append(t >= size and s.mask[t])
+            for t, column in enumerate(columns):
+                ids[column], position[column] = s.ids[t], t
+                parent[column] = columns[t - 1] if t else -1
+                trained[column] = t >= size and s.mask[t]
             # Token t of the sample is predicted at its token t - 1's column.
             predict += [r * width + columns[t - 1] for t in range(size, len(s.ids)) if s.mask[t]]
-            path, previous = columns[:size], s.ids[:size]
-        end = list(range(1, len(ids) + 1))
-        for column in range(len(ids) - 1, -1, -1):  # children after parents: a subtree ends where its last descendant does
+        end = list(range(1, n + 1))
+        for column in range(n - 1, -1, -1):  # children after parents: a subtree ends where its last descendant does
             if parent[column] >= 0:
                 end[parent[column]] = max(end[parent[column]], end[column])
-        input_ids[r, :len(ids)], mask[r, :len(ids)] = torch.tensor(ids), torch.tensor(trained)
-        positions[r, :len(ids)], subtree_end[r, :len(ids)] = torch.tensor(position), torch.tensor(end)
-        attention[r, :len(ids)] = 1
+        input_ids[r, :n], mask[r, :n] = torch.tensor(ids), torch.tensor(trained)
+        positions[r, :n], subtree_end[r, :n] = torch.tensor(position), torch.tensor(end)
+        attention[r, :n] = 1
     samples = [s for row in rows for s in row]
     return TokenBatch(input_ids, attention, mask, position_ids=positions, subtree_end=subtree_end,
                       predict=torch.tensor(predict, dtype=torch.long), **_fields(samples))

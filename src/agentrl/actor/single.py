@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from agentrl.actor.base import backward_all
-from agentrl.actor.batch import TokenBatch, packed_attention
+from agentrl.actor.batch import TokenBatch, tree_attention
 from agentrl.distributed import model_device
 from agentrl.kernels import linear_logprob
 from agentrl.models import is_lora
@@ -19,14 +19,7 @@ def trained_hidden(model, batch: TokenBatch) -> torch.Tensor:
     batch = batch.to(model_device(model))
     attention = batch.attention_mask
     if batch.subtree_end is not None:  # packed rows: the prefix tree's own 4-D mask
-        attention = packed_attention(batch.subtree_end)
-        implementation = model.config._attn_implementation
-        if implementation == "eager":
-            attention = torch.zeros(attention.shape, dtype=model.dtype, device=attention.device
-                                    ).masked_fill(~attention, torch.finfo(model.dtype).min)
-        elif implementation != "sdpa":
-            raise ValueError(f"prefix packing needs sdpa or eager attention, not {implementation!r}: set "
-                             "rl.pack_prefixes / sft.pack_prefixes to false")
+        attention = tree_attention(model, batch.subtree_end)
     hidden = model.get_decoder()(input_ids=batch.input_ids, attention_mask=attention,
                                  position_ids=batch.position_ids).last_hidden_state  # (B, L, H)
     if batch.predict is not None:

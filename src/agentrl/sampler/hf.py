@@ -7,15 +7,16 @@ from typing import Iterable
 import torch
 from transformers import DynamicCache
 
+from agentrl.actor.batch import ROW_TOKENS, TrainSample, collate_rows, prefix_rows, row_length, tree_attention, tree_columns
 from agentrl.distributed import model_device
 from agentrl.sampler.base import Generation
 
 
 class HFSampler:
     def __init__(self, model, tokenizer, share_prefill: bool = True):
-        """`share_prefill`: identical prompts of a batch are prefilled once, their key-value cache
-        copied to each of their samples (the rollouts of a group see the same first observation,
-        and states recur), then `generate` continues from it."""
+        """`share_prefill`: the prompts of a batch are prefilled as prefix trees, each leading part
+        they share (a group's task, a recurring state) computed once, and the key-value cache
+        gathered for each of their samples; then `generate` continues from it."""
         self.model = model
         self.pad_id = tokenizer.pad_token_id
         self.eos_id = tokenizer.eos_token_id
@@ -70,17 +71,34 @@ class HFSampler:
         return results
 
     def _shared_prefill(self, prompts, input_ids, attention):
-        """The key-value cache of every prompt but its last token, each distinct prompt computed
-        once (None when all are distinct): `generate` then runs only the last token of each."""
-        distinct: dict[tuple[int, ...], int] = {}
-        first = [distinct.setdefault(tuple(p), row) for row, p in enumerate(prompts)]
-        if len(distinct) == len(prompts) or input_ids.shape[1] < 2:
+        """The key-value cache of every prompt but its last token, the prompts packed as prefix
+        trees as the update packs step samples (`agentrl.actor.batch`): each leading part they
+        share is computed once. None when they share nothing. `generate` then runs only the last
+        token of each."""
+        width = input_ids.shape[1]
+        samples = [TrainSample(p[:-1], [False] * (len(p) - 1)) for p in prompts]
+        if min(map(len, prompts)) < 2:
             return None
-        rows = torch.tensor(list(distinct.values()), device=input_ids.device)
-        ids, mask = input_ids[rows, :-1], attention[rows, :-1]  # (U, L - 1), left-padded
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate numbers left-padded rows
+        rows = prefix_rows(samples, max(ROW_TOKENS, 2 * width))
+        if sum(map(row_length, rows)) == sum(len(s.ids) for s in samples):
+            return None
+        device = input_ids.device
+        tree = collate_rows(rows, self.pad_id).to(device)
+        computed = DynamicCache(config=self.model.config)
+        self.model.get_decoder()(input_ids=tree.input_ids, attention_mask=tree_attention(self.model, tree.subtree_end),
+                                 position_ids=tree.position_ids, past_key_values=computed, use_cache=True)
+        # Each prompt's columns of the tree, right-aligned in the left-padded layout of `generate`
+        # (its padding reads column 0 of row 0, which the attention mask hides).
+        found = {id(s): (r, columns) for r, row in enumerate(rows) for s, columns in zip(row, tree_columns(row))}
+        row_of = torch.zeros((len(prompts), width - 1), dtype=torch.long)
+        column_of = torch.zeros_like(row_of)
+        for i, sample in enumerate(samples):
+            r, columns = found[id(sample)]
+            row_of[i, width - 1 - len(columns):] = r
+            column_of[i, width - 1 - len(columns):] = torch.tensor(columns, dtype=torch.long)
+        row_of, column_of = row_of.to(device), column_of.to(device)
         cache = DynamicCache(config=self.model.config)
-        self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
-        slot = {row: k for k, row in enumerate(distinct.values())}
-        cache.reorder_cache(torch.tensor([slot[row] for row in first], device=input_ids.device))
+        for index, layer in enumerate(computed.layers):  # keys, values: (rows, heads, columns, head_dim)
+            cache.update(layer.keys[row_of, :, column_of].transpose(1, 2),  # (B, heads, width - 1, head_dim)
+                         layer.values[row_of, :, column_of].transpose(1, 2), index)
         return cache
