@@ -214,3 +214,32 @@ def test_a_pipeline_folder_is_read_by_phase(tmp_path):
     assert read_run(run, "sft").outcomes["l0"] == {"l0-0": 1.0, "l0-1": 0.0, "l0-2": 0.0, "l0-3": 0.0}
     assert read_run(run).outcomes["l0"] == read_run(run, "rl").outcomes["l0"]
     assert sum(read_run(run).outcomes["l0"].values()) == 2 and read_run(run).seed == 3
+
+
+def test_runs_compared_on_the_episode_return(tmp_path, capsys):
+    """`--metric return`: each episode's summed reward (ScienceWorld's score), in its own units, where
+    success would see no difference at all."""
+    from agentrl.rollout.records import write_trajectories
+    from agentrl.rollout.types import StepSample, Trajectory
+
+    def step(reward):
+        return StepSample([1], [2], [0.0], "r", "a", "o", "s", reward=reward)
+
+    for method, rewards in (("a", (-100.0, 30.0)), ("b", (-100.0, 0.0))):
+        for seed in (1, 2):
+            run = tmp_path / method / f"seed{seed}"
+            folder = run / "eval" / "step_000002"
+            folder.mkdir(parents=True)
+            episodes = [Trajectory(f"l0-{i}", 0, "t", [step(r + seed), step(10.0)], success=False)
+                        for i, r in enumerate(rewards)]
+            write_trajectories(folder / "trajectories_l0.jsonl", episodes)
+            (folder / "results.json").write_text(json.dumps({"l0": {"success": 0.0}}))
+            (run / "config.yaml").write_text(f"seed: {seed}\nrl: {{steps: 2}}\n")
+    assert read_run(tmp_path / "a" / "seed1", metric="return").outcomes["l0"] == {"l0-0": -89.0, "l0-1": 41.0}
+    assert main(["compare", "--runs", str(tmp_path), "--metric", "return"]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["metric"] == "return" and summary["pairs"]["a - b"]["l0"]["difference"] == pytest.approx(15.0)
+    assert "Return" in capsys.readouterr().out and "| a - b | L0 | 2 | 15.0 [15.0, 15.0]" in \
+        (tmp_path / "summary.md").read_text()
+    assert main(["compare", "--runs", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "summary.json").read_text())["pairs"]["a - b"]["l0"]["difference"] == 0

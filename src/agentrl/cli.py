@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train: a plugin to import first (repeatable)")
     p.add_argument("--runs", action="append", default=[], metavar="DIR | NAME=DIR[@PHASE]",
                    help="read: finished runs (DIR/<method>/<run>/, or one method's run folders; repeatable)")
+    p.add_argument("--metric", choices=["success", "return"], default="success",
+                   help="what each evaluation episode is compared on: success, or its return (summed reward; "
+                        "ScienceWorld: the final score)")
     p.add_argument("--out", help="folder for summary.md, summary.json, curves.png (default: the one --runs DIR)")
     p.add_argument("--coupling", metavar="TRAJECTORIES.jsonl",
                    help="train: also the coupling lab on these fixed steps, starting and final models")
@@ -327,7 +330,7 @@ def _compare(args) -> int:
         raise ConfigError("compare: give a recipe with --method (train) or --runs (read), not both")
     extra, extra_md = {}, ""
     if args.runs:
-        methods = find_runs(args.runs)
+        methods = find_runs(args.runs, args.metric)
         out = args.out or (args.runs[0] if len(args.runs) == 1 and "=" not in args.runs[0] else None)
         if out is None:
             raise ConfigError("compare: --out is needed with several --runs or NAME=DIR")
@@ -336,13 +339,14 @@ def _compare(args) -> int:
             raise ConfigError("compare: give RECIPE, --method (one or more) and --out, or --runs (see --help)")
         model = _model(args, load_config(args.recipe, args.set, args.imports))
         out = args.out
-        methods = train_methods(args.recipe, model, args.method, args.seeds, Path(out), args.set, args.imports)
+        methods = train_methods(args.recipe, model, args.method, args.seeds, Path(out), args.set, args.imports,
+                                args.metric)
         if args.coupling:
             extra = {"coupling": coupling(model, methods, args.coupling, args.coupling_pairs)}
             extra_md = coupling_markdown(extra["coupling"], args.coupling)
     if len(methods) < 2 and all(len(runs) < 2 for runs in methods.values()):
         raise ConfigError("compare: needs two methods, or one method with several seeds")
-    write_report(methods, Path(out), extra, extra_md)
+    write_report(methods, Path(out), extra, extra_md, args.metric)
     print((Path(out) / "summary.md").read_text())
     print(f"written: {out}/summary.md, summary.json, curves.png")
     return 0

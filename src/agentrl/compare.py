@@ -33,15 +33,18 @@ from agentrl.rollout.records import read_trajectories
 from agentrl.tracking import read_metrics
 
 PHASES = ("initial", "sft", "rl")
+METRICS = {"success": ("Success (%)", 100.0), "return": ("Return (the episode's summed reward; ScienceWorld: its final score)", 1.0)}
+"""What a run's evaluation is compared on, per episode: its label and the factor that puts it in
+points (success in percentage points, a return in its own units)."""
 
 
 @dataclass
 class Run:
-    """One run's final evaluation: per split, each evaluation task's success (aborted episodes left out)."""
+    """One run's final evaluation: per split, each evaluation task's outcome (aborted episodes left out)."""
     path: Path
     seed: int
     outcomes: dict[str, dict[str, float]]
-    """split -> task id -> 1.0 / 0.0"""
+    """split -> task id -> the metric compared: success 1.0 / 0.0, or the episode's return"""
     extras: dict[str, dict[str, float]] = field(default_factory=dict)
     """split -> other numbers its evaluation recorded (a GCD judge's accuracy)"""
     metrics: list[dict] = field(default_factory=list)
@@ -58,11 +61,12 @@ def _last_eval(rl_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def read_run(path: str | Path, phase: str | None = None) -> Run:
-    """The final evaluation of a finished run folder (ConfigError: not a run, or not finished)."""
+def read_run(path: str | Path, phase: str | None = None, metric: str = "success") -> Run:
+    """The final evaluation of a finished run folder, each episode's `metric` (ConfigError: not a
+    run, or not finished)."""
     path = Path(path)
     if any((path / "eval" / p).is_dir() for p in PHASES):  # an RL run's eval/ holds step_N folders
-        return _read_pipeline(path, phase)
+        return _read_pipeline(path, phase, metric)
     if phase not in (None, "rl"):
         raise ConfigError(f"{path}: an RL run folder has no {phase} phase (phases belong to `agentrl run` folders)")
     config = path / "config.yaml"
@@ -72,10 +76,10 @@ def read_run(path: str | Path, phase: str | None = None) -> Run:
     steps = (yaml.safe_load(config.read_text()).get("rl") or {}).get("steps")
     if final.name != f"step_{steps:06d}":
         raise ConfigError(f"{path}: not finished (last evaluation {final.name}, rl.steps = {steps})")
-    return _read_eval(path, _seed(config), final, _metrics(path / "logs" / "metrics.jsonl"))
+    return _read_eval(path, _seed(config), final, _metrics(path / "logs" / "metrics.jsonl"), metric)
 
 
-def _read_pipeline(path: Path, phase: str | None) -> Run:
+def _read_pipeline(path: Path, phase: str | None, metric: str) -> Run:
     if not (path / "config.yaml").is_file():
         raise ConfigError(f"{path}: the pipeline has not finished (no config.yaml)")
     done = [p for p in PHASES if (path / "eval" / p / "results.json").is_file()]
@@ -83,21 +87,22 @@ def _read_pipeline(path: Path, phase: str | None) -> Run:
     if phase not in done:
         raise ConfigError(f"{path}: no evaluation of phase {phase!r} (has: {', '.join(done) or 'none'})")
     if phase != "rl":
-        return _read_eval(path, _seed(path / "config.yaml"), path / "eval" / phase, [])
+        return _read_eval(path, _seed(path / "config.yaml"), path / "eval" / phase, [], metric)
     return _read_eval(path, _seed(path / "config.yaml"), _last_eval(path / "rl"),
-                      _metrics(path / "rl" / "logs" / "metrics.jsonl"))
+                      _metrics(path / "rl" / "logs" / "metrics.jsonl"), metric)
 
 
 def _metrics(path: Path) -> list[dict]:
     return read_metrics(path) if path.is_file() else []
 
 
-def _read_eval(path: Path, seed: int, eval_dir: Path, metrics: list[dict]) -> Run:
+def _read_eval(path: Path, seed: int, eval_dir: Path, metrics: list[dict], metric: str) -> Run:
     results = json.loads((eval_dir / "results.json").read_text())
     outcomes, extras = {}, {}
     for split, result in results.items():
         trajectories = read_trajectories(eval_dir / f"trajectories_{split}.jsonl")
-        outcomes[split] = {t.task_id: float(t.success) for t in trajectories if not t.aborted}
+        outcomes[split] = {t.task_id: float(t.success) if metric == "success" else sum(s.reward for s in t.steps)
+                           for t in trajectories if not t.aborted}
         extras[split] = {k: v for k, v in result.items() if k == "judge_accuracy"}
     return Run(path, seed, outcomes, extras, metrics)
 
@@ -106,7 +111,7 @@ def _is_run(path: Path) -> bool:
     return path.is_dir() and ((path / "phases.json").is_file() or (path / "config.yaml").is_file())
 
 
-def find_runs(specs: list[str]) -> dict[str, list[Run]]:
+def find_runs(specs: list[str], metric: str = "success") -> dict[str, list[Run]]:
     """Runs per method from `--runs` specs: `DIR` (each subfolder holding run folders is a method) or
     `name=DIR[@PHASE]` (DIR's run folders, or DIR itself when it is one)."""
     methods: dict[str, list[Run]] = {}
@@ -131,7 +136,7 @@ def find_runs(specs: list[str]) -> dict[str, list[Run]]:
                 sorted(d for d in folder.iterdir() if _is_run(d)) if folder.is_dir() else []
             if not folders:
                 raise ConfigError(f"--runs {spec}: no run folders in {folder}")
-            methods[method] = [read_run(d, phase) for d in folders]
+            methods[method] = [read_run(d, phase, metric) for d in folders]
     return methods
 
 
@@ -159,8 +164,9 @@ def method_summary(runs: list[Run], splits: list[str]) -> dict:
     return out
 
 
-def paired(a: list[Run], b: list[Run], splits: list[str], scale_seeds=(5, 10, 20)) -> dict:
-    """A - B over the seeds both have, task by task on the evaluation tasks both played."""
+def paired(a: list[Run], b: list[Run], splits: list[str], scale_seeds=(5, 10, 20), point: float = 0.01) -> dict:
+    """A - B over the seeds both have, task by task on the evaluation tasks both played (`point`:
+    one point of the metric, for the seeds needed to detect 5 points)."""
     by_seed = {r.seed: r for r in b}
     pairs = [(r, by_seed[r.seed]) for r in a if r.seed in by_seed]
     out = {"seeds": [x.seed for x, _ in pairs]}
@@ -191,40 +197,42 @@ def paired(a: list[Run], b: list[Run], splits: list[str], scale_seeds=(5, 10, 20
             "mdd_at_seeds": {str(n): sized(stats.detectable_difference(parts, n)) for n in scale_seeds},
             "mdd_at_4x_episodes": sized(stats.detectable_difference(parts, len(diffs), 4 * parts.episodes)),
             "seeds_to_detect": {"observed": stats.seeds_needed(parts, abs(mean)),
-                                "5 points": stats.seeds_needed(parts, 0.05)},
+                                "5 points": stats.seeds_needed(parts, 5 * point)},
         }
     return out
 
 
-def summarize(methods: dict[str, list[Run]]) -> dict:
+def summarize(methods: dict[str, list[Run]], metric: str = "success") -> dict:
     """Every method's summary and every pair's paired differences, on the splits all runs share."""
     splits = [s for s in next(iter(methods.values()))[0].outcomes
               if all(s in r.outcomes for runs in methods.values() for r in runs)]
-    return {"confidence": stats.CONFIDENCE, "power": stats.POWER, "splits": splits,
+    point = 1 / METRICS[metric][1]
+    return {"confidence": stats.CONFIDENCE, "power": stats.POWER, "metric": metric, "splits": splits,
             "methods": {name: method_summary(runs, splits) for name, runs in methods.items()},
-            "pairs": {f"{a} - {b}": paired(methods[a], methods[b], splits)
+            "pairs": {f"{a} - {b}": paired(methods[a], methods[b], splits, point=point)
                       for a, b in itertools.combinations(methods, 2)}}
 
 
 # --- report --------------------------------------------------------------------------------------
-def _pts(value: float | None) -> str:
-    return "-" if value is None else "inf" if value == float("inf") else f"{value * 100:.1f}"
-
-
 def markdown(summary: dict) -> str:
+    label, scale = METRICS[summary.get("metric", "success")]
+
+    def _pts(value: float | None) -> str:
+        return "-" if value is None else "inf" if value == float("inf") else f"{value * scale:.1f}"
+
     splits = summary["splits"]
     head = "| method | seeds | " + " | ".join(f"{s.upper()} mean [95% CI] (IQM)" for s in splits) + " |"
-    lines = ["Success (%): mean over seeds, 95% percentile-bootstrap interval over seeds, interquartile mean.",
+    lines = [f"{label}: mean over seeds, 95% percentile-bootstrap interval over seeds, interquartile mean.",
              "", head, "|---" * (len(splits) + 2) + "|"]
     for name, m in summary["methods"].items():
         cells = [f"{_pts(m[s]['mean'])} [{_pts(m[s]['ci95'][0])}, {_pts(m[s]['ci95'][1])}] ({_pts(m[s]['iqm'])})"
-                 + (f", judge {_pts(m[s]['judge_accuracy'])}" if "judge_accuracy" in m[s] else "") for s in splits]
+                 + (f", judge {m[s]['judge_accuracy'] * 100:.1f}" if "judge_accuracy" in m[s] else "") for s in splits]
         lines.append(f"| {name} | {len(m['seeds'])} | " + " | ".join(cells) + " |")
-    lines += ["", "Per seed (%), and the spread between seeds (training) and within a seed (evaluation), sd in points:",
+    lines += ["", "Per seed, and the spread between seeds (training) and within a seed (evaluation), sd in points:",
               "", "| method | seeds | " + " | ".join(f"{s.upper()} per seed | sd seeds / eval" for s in splits) + " |",
               "|---" * (2 * len(splits) + 2) + "|"]
     for name, m in summary["methods"].items():
-        cells = [f"{' / '.join(f'{v * 100:.0f}' for v in m[s]['per_seed'])} | {_pts(m[s]['between_seeds_sd'])} / "
+        cells = [f"{' / '.join(f'{v * scale:.0f}' for v in m[s]['per_seed'])} | {_pts(m[s]['between_seeds_sd'])} / "
                  f"{_pts(m[s]['within_eval_sd'])}" for s in splits]
         lines.append(f"| {name} | {', '.join(map(str, m['seeds']))} | " + " | ".join(cells) + " |")
     lines += ["", "Paired differences (points; same seeds, same evaluation tasks). P(A>B): probability of "
@@ -293,14 +301,15 @@ def plot_curves(methods: dict[str, list[Run]], path: Path) -> Path | None:
     return path
 
 
-def write_report(methods: dict[str, list[Run]], out: Path, extra: dict | None = None, extra_md: str = "") -> dict:
+def write_report(methods: dict[str, list[Run]], out: Path, extra: dict | None = None, extra_md: str = "",
+                 metric: str = "success") -> dict:
     """summary.json, summary.md and curves.png in `out` (`extra`: more sections of the JSON, with
     their Markdown); returns the summary."""
     for name, runs in methods.items():
         seeds = [r.seed for r in runs]
         if len(set(seeds)) != len(seeds):
             raise ConfigError(f"method {name}: two runs of the same seed ({', '.join(str(r.path) for r in runs)})")
-    summary = {**summarize(methods), **(extra or {})}
+    summary = {**summarize(methods, metric), **(extra or {})}
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "summary.json", json.dumps(summary, indent=2))
     write_atomic(out / "summary.md", markdown(summary) + ("\n" + extra_md if extra_md else ""))
@@ -337,7 +346,8 @@ def coupling_markdown(values: dict[str, dict], source: str) -> str:
 
 
 # --- training ------------------------------------------------------------------------------------
-def train_once(recipe: str, model: str, overrides: list[str], imports: list[str], seed: int, run_dir: Path) -> Run:
+def train_once(recipe: str, model: str, overrides: list[str], imports: list[str], seed: int, run_dir: Path,
+               metric: str = "success") -> Run:
     """One method's RL run at one seed in `run_dir`: reused when finished with the same settings and
     starting model, continued when stopped with them, otherwise started over."""
     from agentrl.pipeline import rl_settings, train_rl
@@ -356,11 +366,11 @@ def train_once(recipe: str, model: str, overrides: list[str], imports: list[str]
         train_rl(config, model, run_dir, resume=True)
         save_config(config, run_dir / "config.yaml")  # last: marks the run finished
         phases.complete("run", settings)
-    return read_run(run_dir)
+    return read_run(run_dir, metric=metric)
 
 
 def train_methods(recipe: str, model: str, specs: list[str], seeds: list[int], out: Path, common: list[str],
-                  imports: list[str]) -> dict[str, list[Run]]:
+                  imports: list[str], metric: str = "success") -> dict[str, list[Run]]:
     """Every method (`name:override;override`) at every seed, one after another."""
     methods = {}
     for spec in specs:
@@ -370,6 +380,6 @@ def train_methods(recipe: str, model: str, specs: list[str], seeds: list[int], o
         if name in methods:
             raise ConfigError(f"--method {spec!r}: method {name!r} named twice")
         overrides = [*common, *(o for o in overrides.split(";") if o.strip())]
-        methods[name] = [train_once(recipe, model, overrides, imports, seed, out / name / f"seed{seed}")
+        methods[name] = [train_once(recipe, model, overrides, imports, seed, out / name / f"seed{seed}", metric)
                          for seed in seeds]
     return methods
