@@ -103,6 +103,10 @@ define engine_cpu
 	$(VENV)/bin/agentrl compare --runs sft=runs/$(1)-cpu@sft --runs rl=runs/$(1)-cpu@rl --out runs/$(1)-cpu/compare
 	cp runs/$(1)-cpu/compare/summary.md benchmarks/results/$(1)-cpu.md
 	cp runs/$(1)-cpu/compare/summary.json benchmarks/results/$(1)-cpu.json
+	$(VENV)/bin/agentrl compare --metric return --runs sft=runs/$(1)-cpu@sft --runs rl=runs/$(1)-cpu@rl \
+		--out runs/$(1)-cpu/compare-return
+	cp runs/$(1)-cpu/compare-return/summary.md benchmarks/results/$(1)-cpu-return.md
+	cp runs/$(1)-cpu/compare-return/summary.json benchmarks/results/$(1)-cpu-return.json
 	$(PY) benchmarks/engine_table.py runs/$(1)-cpu
 endef
 
