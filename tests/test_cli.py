@@ -85,8 +85,15 @@ def test_run_pipeline_end_to_end_and_rerun_skips_done_phases(tmp_path, capsys):
     assert all(data.startswith(b"\x89PNG") and len(data) > 5000 for data in figures.values())
     assert main(["plot", str(tmp_path)]) == 2 and "no RL metrics" in capsys.readouterr().err
 
+    # Recorded before a setting existed (rl.mini_batch_order, at its old behaviour): every phase is
+    # kept, the RL phase's checkpoints too (a stricter comparison there once deleted them).
+    record = json.loads((run / "phases.json").read_text())
+    for settings in record.values():
+        settings.pop("rl.mini_batch_order", None)
+    (run / "phases.json").write_text(json.dumps(record))
     stamp = (run / "sft" / "model" / "model.safetensors").stat().st_mtime
     assert main(["run", str(path)]) == 0
+    assert (run / "rl" / "checkpoints" / "step_000001").is_dir()
     assert (run / "sft" / "model" / "model.safetensors").stat().st_mtime == stamp
     assert json.loads((run / "summary.json").read_text())["seconds"] == summary["seconds"]  # nothing ran again
 

@@ -3,6 +3,7 @@ two-seed comparison in which one method is better by construction."""
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from scipy import stats as scipy_stats
 from agentrl import stats
 from agentrl.cli import main
 from agentrl.compare import Run, paired, read_run, summarize
+from agentrl.config import ConfigError
 from agentrl.rollout.records import read_trajectories
 
 import twostep
@@ -214,6 +216,9 @@ def test_a_pipeline_folder_is_read_by_phase(tmp_path):
     assert read_run(run, "sft").outcomes["l0"] == {"l0-0": 1.0, "l0-1": 0.0, "l0-2": 0.0, "l0-3": 0.0}
     assert read_run(run).outcomes["l0"] == read_run(run, "rl").outcomes["l0"]
     assert sum(read_run(run).outcomes["l0"].values()) == 2 and read_run(run).seed == 3
+    shutil.rmtree(run / "rl")
+    with pytest.raises(ConfigError, match="RL phase's evaluation is missing"):
+        read_run(run)
 
 
 def test_runs_compared_on_the_episode_return(tmp_path, capsys):

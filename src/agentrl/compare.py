@@ -88,8 +88,11 @@ def _read_pipeline(path: Path, phase: str | None, metric: str) -> Run:
         raise ConfigError(f"{path}: no evaluation of phase {phase!r} (has: {', '.join(done) or 'none'})")
     if phase != "rl":
         return _read_eval(path, _seed(path / "config.yaml"), path / "eval" / phase, [], metric)
-    return _read_eval(path, _seed(path / "config.yaml"), _last_eval(path / "rl"),
-                      _metrics(path / "rl" / "logs" / "metrics.jsonl"), metric)
+    final = _last_eval(path / "rl")
+    if final is None:
+        raise ConfigError(f"{path}: the RL phase's evaluation is missing (no rl/eval/step_*)")
+    return _read_eval(path, _seed(path / "config.yaml"), final, _metrics(path / "rl" / "logs" / "metrics.jsonl"),
+                      metric)
 
 
 def _metrics(path: Path) -> list[dict]:
@@ -359,7 +362,7 @@ def train_once(recipe: str, model: str, overrides: list[str], imports: list[str]
                 "model.fingerprint": folder_fingerprint(model)}
     phases = Phases(run_dir, say=lambda line: print(f"{run_dir}: {line}"))
     if not phases.reusable("run", settings, (run_dir / "config.yaml").is_file()):
-        if phases.done.get("started") != settings:  # a stopped run resumes only with the same settings
+        if not phases.same("started", settings):  # a stopped run resumes only with the same settings
             for path in (run_dir / "checkpoints", run_dir / "logs", run_dir / "eval", run_dir / "config.yaml"):
                 shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
             phases.complete("started", settings)

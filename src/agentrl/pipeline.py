@@ -311,7 +311,7 @@ def _until_rl(config: Config, plan: dict) -> dict:
     if config.rl is not None and config.rl.steps > 0:
         rl_dir = run_dir / "rl"
         settings = {**upstream, **rl_settings(config)}
-        if phases.done.get("rl") != settings:
+        if not phases.same("rl", settings):
             phases.reusable("rl", settings, rl_dir.exists())  # says why it runs
             shutil.rmtree(rl_dir, ignore_errors=True)  # steps taken with other settings
             phases.complete("rl", settings)  # before training: a stopped run resumes only with these

@@ -95,11 +95,17 @@ class Phases:
         self.done: dict[str, dict] = json.loads(self.path.read_text()) if self.path.exists() else {}
         self.say = say
 
+    def same(self, name: str, settings: dict) -> bool:
+        """Whether `name` was recorded with `settings` (a setting added since at its old
+        behaviour counts as the same: `changes`)."""
+        previous = self.done.get(name)
+        return previous is not None and not changes(previous, settings)
+
     def reusable(self, name: str, settings: dict, output_exists: bool) -> bool:
-        """True when `name` completed with exactly `settings` and its output is there; otherwise
+        """True when `name` completed with `settings` (`same`) and its output is there; otherwise
         says in one line why it runs."""
         previous = self.done.get(name)
-        if previous is not None and not changes(previous, settings) and output_exists:
+        if self.same(name, settings) and output_exists:
             self.say(f"{name}: done earlier with the same settings, reused")
             return True
         set_stage(name)
