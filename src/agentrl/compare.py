@@ -235,7 +235,8 @@ def markdown(summary: dict) -> str:
               "", "| method | seeds | " + " | ".join(f"{s.upper()} per seed | sd seeds / eval" for s in splits) + " |",
               "|---" * (2 * len(splits) + 2) + "|"]
     for name, m in summary["methods"].items():
-        cells = [f"{' / '.join(f'{v * scale:.0f}' for v in m[s]['per_seed'])} | {_pts(m[s]['between_seeds_sd'])} / "
+        cells = [f"{' / '.join(f'{v * scale:.{0 if scale == 100 else 1}f}' for v in m[s]['per_seed'])} | "
+                 f"{_pts(m[s]['between_seeds_sd'])} / "
                  f"{_pts(m[s]['within_eval_sd'])}" for s in splits]
         lines.append(f"| {name} | {', '.join(map(str, m['seeds']))} | " + " | ".join(cells) + " |")
     lines += ["", "Paired differences (points; same seeds, same evaluation tasks). P(A>B): probability of "
