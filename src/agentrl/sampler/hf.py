@@ -75,10 +75,10 @@ class HFSampler:
         trees as the update packs step samples (`agentrl.actor.batch`): each leading part they
         share is computed once. None when they share nothing. `generate` then runs only the last
         token of each."""
-        width = input_ids.shape[1]
-        samples = [TrainSample(p[:-1], [False] * (len(p) - 1)) for p in prompts]
         if min(map(len, prompts)) < 2:
             return None
+        width = input_ids.shape[1]
+        samples = [TrainSample(p[:-1], [False] * (len(p) - 1)) for p in prompts]
         rows = prefix_rows(samples, max(ROW_TOKENS, 2 * width))
         if sum(map(row_length, rows)) == sum(len(s.ids) for s in samples):
             return None
