@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from agentrl.envs.alfworld import AlfWorldEnv
+from agentrl.envs.alfworld import AlfWorldEnv, speedups
 from agentrl.envs.alfworld.games import L2_TYPES, TASK_TYPES, game_file, resolve_data, task_type
 
 
@@ -39,6 +39,36 @@ def test_planner_expert_solves_unseen_games(env):
     games = random.Random(0).sample(env.split_tasks("l1"), 10)
     solved = sum(play_expert(env, g) for g in games)
     assert solved >= 0.95 * len(games), f"planner solved {solved}/{len(games)}"
+
+
+def play_mixed(env, games, steps=10):
+    """Expert moves and random admissible moves in turn (the random ones make the expert replan);
+    everything the agent and the expert see."""
+    rng, seen = random.Random(0), []
+    for game in games:
+        obs = env.reset(game)
+        seen.append((obs.text, obs.task, obs.admissible_actions))
+        for step in range(steps):
+            action = env.expert_action()[1] if step % 2 else rng.choice(obs.admissible_actions)
+            result = env.step(action)
+            obs = result.observation
+            seen.append((action, obs.text, obs.admissible_actions, result.reward, result.done))
+            if result.done:
+                break
+    return seen
+
+
+def test_memoised_engine_plays_exactly_as_textworld_does(env):
+    types = ("pick_clean_then_place_in_recep", "pick_two_obj_and_place", "look_at_obj_in_light",
+             "pick_and_place_simple", "pick_and_place_simple")  # its second play reuses the cached translation
+    games = [next(g for g in env.split_tasks("l0") if task_type(g) == t) for t in types]
+    fast = play_mixed(env, games)
+    speedups.uninstall()
+    try:
+        slow = play_mixed(env, games)
+    finally:
+        speedups.install()
+    assert len(fast) > 40 and fast == slow
 
 
 def test_observation_prompt_fields_and_invalid_step(env):

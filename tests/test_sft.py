@@ -22,6 +22,15 @@ def test_expert_dataset_is_chat_jsonl(tmp_path):
     assert first["messages"][1]["content"].startswith("<think>")
 
 
+def test_expert_data_from_worker_processes_is_the_same_file(tmp_path):
+    config, prompt = HouseholdEnvConfig(), PromptConfig(template=COMPACT, history_length=1)
+    serial = collect_expert_data(make_env(config), prompt, 12, tmp_path / "serial.jsonl", 3)
+    parallel = collect_expert_data(make_env(config), prompt, 12, tmp_path / "parallel.jsonl", 3,
+                                   workers=2, env_config=config)
+    assert serial == parallel and serial["examples"] > 12
+    assert (tmp_path / "serial.jsonl").read_bytes() == (tmp_path / "parallel.jsonl").read_bytes()
+
+
 def test_detours_teach_recovery_with_the_experts_labels(tmp_path):
     """Noise injection: the data reaches states the plain expert never visits (dead ends), and
     every example still teaches the expert's move (with every room hinted: the hinted door)."""

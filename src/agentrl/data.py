@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import random
+import signal
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Iterator
 
 from agentrl.actor.batch import TrainSample
 from agentrl.config import ConfigError
@@ -60,18 +64,55 @@ def _goes_somewhere_new(action: str, visited: set[str]) -> bool:
     return new
 
 
+def expert_episodes(env, tasks: list[str], prompt, detours: float = 0.0, rng: random.Random | None = None,
+                    keep_failed: bool = False, workers: int = 0, env_config=None) -> Iterator[list[dict]]:
+    """`expert_episode` of each task, in task order. With `workers` > 1 the episodes are played in
+    that many processes, each with its own environment made from `env_config`: the same examples,
+    sooner (an ALFWorld planner episode is seconds of CPU). Episodes with detours share one random
+    stream, so they are always played in order here."""
+    if workers <= 1 or detours:
+        for task_id in tasks:
+            yield expert_episode(env, task_id, prompt, detours, rng, keep_failed)
+        return
+    pool = ProcessPoolExecutor(workers, mp.get_context("spawn"), _start_worker, (env_config, prompt, keep_failed))
+    try:
+        yield from pool.map(_worker_episode, tasks)
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+_worker: dict = {}
+
+
+def _start_worker(env_config, prompt, keep_failed: bool) -> None:
+    import atexit
+
+    from agentrl.envs import make_env
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent stops the pool
+    env = make_env(env_config)
+    atexit.register(env.close)
+    _worker.update(env=env, prompt=prompt, keep_failed=keep_failed)
+
+
+def _worker_episode(task_id: str) -> list[dict]:
+    return expert_episode(_worker["env"], task_id, _worker["prompt"], keep_failed=_worker["keep_failed"])
+
+
 def collect_expert_data(env, prompt, episodes: int, path: str | Path, seed: int,
-                        split: str = "train", detours: float = 0.0, keep_failed: bool = False) -> dict:
+                        split: str = "train", detours: float = 0.0, keep_failed: bool = False,
+                        workers: int = 0, env_config=None) -> dict:
     """Write the successful expert episodes of `episodes` sampled tasks to `path` (with `detours`
-    or `keep_failed`, see `expert_episode`, every episode's examples)."""
+    or `keep_failed`, see `expert_episode`, every episode's examples; `workers`: see
+    `expert_episodes`)."""
     rng = random.Random(seed)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     kept = steps = 0
+    tasks = sample_tasks(env, split, episodes, rng)
     with path.open("w") as f, task("expert data", episodes) as advance:
-        for task_id in sample_tasks(env, split, episodes, rng):
+        for examples in expert_episodes(env, tasks, prompt, detours, rng, keep_failed, workers, env_config):
             advance()
-            examples = expert_episode(env, task_id, prompt, detours, rng, keep_failed)
             kept += bool(examples)
             steps += len(examples)
             for example in examples:

@@ -60,31 +60,34 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> Qwen2Tokenizer:
     return tokenizer
 
 
-def environment_corpus(env, prompt, episodes: int, seed: int) -> list[str]:
-    """Prompts and expert responses of `episodes` expert episodes over every split."""
-    from agentrl.data import expert_episode
+def environment_corpus(env, prompt, episodes: int, seed: int, workers: int = 0, env_config=None) -> list[str]:
+    """Prompts and expert responses of `episodes` expert episodes over every split (`workers`: see
+    `data.expert_episodes`)."""
+    from agentrl.data import expert_episodes
     from agentrl.envs.base import sample_tasks
     from agentrl.envs.household.world import SPLITS
     from agentrl.progress import task
 
     rng = random.Random(seed)
     texts = []
+    tasks = [sample_tasks(env, SPLITS[i % len(SPLITS)], 1, rng)[0] for i in range(episodes)]
     with task("init: tokenizer corpus", episodes) as advance:
-        for i in range(episodes):
+        for examples in expert_episodes(env, tasks, prompt, workers=workers, env_config=env_config):
             advance()
-            task_id = sample_tasks(env, SPLITS[i % len(SPLITS)], 1, rng)[0]
-            for example in expert_episode(env, task_id, prompt):
+            for example in examples:
                 texts += [example["messages"][0]["content"], example["messages"][1]["content"]]
     return texts
 
 
-def init_tiny_model(out_dir: str | Path, tiny, env, prompt, seed: int = 0) -> Path:
-    """Train a tokenizer on the environment's text and save a random-init Qwen2 beside it."""
+def init_tiny_model(out_dir: str | Path, tiny, env, prompt, seed: int = 0, workers: int = 0,
+                    env_config=None) -> Path:
+    """Train a tokenizer on the environment's text and save a random-init Qwen2 beside it
+    (`workers`: see `data.expert_episodes`)."""
     from agentrl.data import read_chat_dataset
 
     out_dir = Path(out_dir)
     corpus = ([m["content"] for messages in read_chat_dataset(tiny.corpus) for m in messages] if tiny.corpus
-              else environment_corpus(env, prompt, tiny.corpus_episodes, seed))
+              else environment_corpus(env, prompt, tiny.corpus_episodes, seed, workers, env_config))
     tokenizer = train_tokenizer(corpus, tiny.vocab_size)
     heads = tiny.hidden_size // 64  # head_dim 64: the smallest vLLM's CPU attention supports
     config = Qwen2Config(

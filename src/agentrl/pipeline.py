@@ -70,11 +70,17 @@ def make_tiny_model(config: Config, out: str | Path) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     env = make_env(config.env)
     try:
-        init_tiny_model(tmp, config.init, env, config.prompt, config.seed)
+        init_tiny_model(tmp, config.init, env, config.prompt, config.seed, expert_workers(config), config.env)
     finally:
         env.close()
     _replace(tmp, out)
     return out
+
+
+def expert_workers(config: Config) -> int:
+    """Expert episodes (SFT data, the tokenizer's corpus) are played by as many processes as the
+    recipe's RL environment pool has workers: they give the same examples."""
+    return config.rl.env_pool.workers if config.rl else 0
 
 
 def expert_data(config: Config, out: str | Path, episodes: int, judgments: int = 0, split: str = "train") -> dict:
@@ -86,7 +92,7 @@ def expert_data(config: Config, out: str | Path, episodes: int, judgments: int =
     env = make_env(config.env)
     try:
         stats = collect_expert_data(env, config.prompt, episodes, tmp, config.seed, split, sft_config.detours,
-                                    sft_config.keep_failed)
+                                    sft_config.keep_failed, expert_workers(config), config.env)
         if judgments:
             stats.update(collect_judgment_data(env, config.prompt, judgments, tmp, config.seed))
     finally:

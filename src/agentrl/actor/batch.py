@@ -209,14 +209,17 @@ def collate_rows(rows: list[list[TrainSample]], pad_id: int = 0) -> TokenBatch:
     for r, row in enumerate(rows):
         n = row_length(row)
         ids, trained, parent, position = [0] * n, [False] * n, [-1] * n, [0] * n  # per column of the row
+        filled = 0  # columns written by the row's earlier samples: a sample's lead in them is theirs
         for s, columns in zip(row, tree_columns(row)):
             size = prefix_length(s)
-            for t, column in enumerate(columns):
+            for t in range(len(columns) - (columns[-1] + 1 - filled), len(columns)):  # its new columns
+                column = columns[t]
                 ids[column], position[column] = s.ids[t], t
                 parent[column] = columns[t - 1] if t else -1
                 trained[column] = t >= size and s.mask[t]
             # Token t of the sample is predicted at its token t - 1's column.
             predict += [r * width + columns[t - 1] for t in range(size, len(s.ids)) if s.mask[t]]
+            filled = max(filled, columns[-1] + 1)
         end = list(range(1, n + 1))
         for column in range(n - 1, -1, -1):  # children after parents: a subtree ends where its last descendant does
             if parent[column] >= 0:

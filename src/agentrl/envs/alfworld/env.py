@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import Field
 
 from agentrl.config import Section
+from agentrl.envs.alfworld import speedups
 from agentrl.envs.alfworld.games import L2_TYPES, TASK_TYPES, eval_order, game_file, list_games, resolve_data, task_type
 from agentrl.envs.base import NoExpertMove, Observation, StepResult
 from agentrl.registry import ENVIRONMENTS
@@ -69,6 +70,7 @@ class AlfWorldEnv:
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert
         from textworld.envs import PddlEnv
 
+        speedups.install()
         self.root: Path = resolve_data(data)
         self.max_steps = max_steps
         self.train_types = tuple(train_task_types or TASK_TYPES)
