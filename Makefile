@@ -10,7 +10,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: help demo demo-seeds docs lock alfworld-cpu scienceworld-cpu FORCE testbed testbed-gcd test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
+.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo scienceworld-cpu FORCE testbed testbed-gcd test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
 	pipeline sft rl eval plan
 
 help:  ## this list
@@ -115,6 +115,20 @@ alfworld-cpu: runs/alfworld-cpu/expert.jsonl  ## one seed (SEED=k) of the pipeli
 
 scienceworld-cpu: runs/scienceworld-cpu/expert.jsonl  ## the same on real ScienceWorld (SEED=k)
 	$(call engine_cpu,scienceworld)
+
+# GiGPO from the same cold start as GRPO: seed SEED's init, SFT and SFT evaluation are copied (times
+# kept) from runs/alfworld-cpu/seedSEED, so the pipeline reuses them (it checks their settings) and
+# runs only RL with GiGPO and its evaluation; then GiGPO - GRPO paired over the seeds of both.
+alfworld-cpu-gigpo: $(STAMP)  ## GiGPO vs GRPO on real ALFWorld from seed SEED's SFT (after make alfworld-cpu SEED=k)
+	mkdir -p runs/alfworld-cpu-gigpo/seed$(SEED)/eval
+	cd runs/alfworld-cpu/seed$(SEED) && cp -rp phases.json sft ../../alfworld-cpu-gigpo/seed$(SEED)/ \
+		&& cp -rp eval/sft ../../alfworld-cpu-gigpo/seed$(SEED)/eval/
+	$(VENV)/bin/agentrl run recipes/alfworld-cpu.yaml --set seed=$(SEED) --set run_dir=runs/alfworld-cpu-gigpo/seed$(SEED) \
+		--set model.path=runs/alfworld-cpu/seed$(SEED)/model-init --set "rl.advantage={type: gigpo}" $(OVERRIDES)
+	$(VENV)/bin/agentrl compare --runs gigpo=runs/alfworld-cpu-gigpo@rl --runs grpo=runs/alfworld-cpu@rl \
+		--out runs/alfworld-cpu-gigpo/compare
+	cp runs/alfworld-cpu-gigpo/compare/summary.md benchmarks/results/alfworld-cpu-gigpo.md
+	cp runs/alfworld-cpu-gigpo/compare/summary.json benchmarks/results/alfworld-cpu-gigpo.json
 
 FORCE:
 
