@@ -44,7 +44,8 @@ def main() -> None:
             run_dir = Path(tmp) / str(len(rows))
             subprocess.run([sys.executable, "-m", "agentrl.cli", "train", args.recipe, "--model", args.model,
                             "--set", f"run_dir={run_dir}", "--set", f"rl.steps={args.steps}",
-                            "--set", f"rl.save_every={args.steps}", "--set", f"rl.env_pool.workers={workers}",
+                            "--set", f"rl.save_every={args.steps}", "--set", "eval.episodes=1",  # train's final evaluation
+                            "--set", f"rl.env_pool.workers={workers}",
                             "--set", f"rl.rollout.mode={mode}"], check=True, stdout=subprocess.DEVNULL)
             metrics = [json.loads(line) for line in (run_dir / "rl" / "logs" / "metrics.jsonl").read_text().splitlines()]
             steps = [m for m in metrics if "timing_s/step" in m][1:]
