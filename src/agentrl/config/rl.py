@@ -48,7 +48,8 @@ class EnvPoolConfig(Section):
     workers: int = Field(0, ge=0)
     """Environment workers (0: environments run in the trainer process). With at least
     tasks_per_step x group_size, every environment has its own worker, and a crash or hang
-    aborts only its own episode."""
+    aborts only its own episode. Expert episodes (SFT data, the tokenizer's corpus) are played in
+    this many processes too (the same examples)."""
     step_timeout_s: float = Field(60.0, gt=0)
     """A worker that takes longer than this per environment it steps (it steps its environments
     one after another) is killed and replaced (its episodes aborted)."""
