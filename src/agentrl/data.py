@@ -6,9 +6,9 @@ import json
 import multiprocessing as mp
 import random
 import signal
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Iterator
 
 from agentrl.actor.batch import TrainSample
 from agentrl.config import ConfigError
