@@ -111,6 +111,7 @@ def test_prompt_listing_stays_in_budget(env):
     assert obs.admissible_actions == engine_list
     assert obs.info["objects"] == list(env._engine.get_possible_objects())
     assert obs.actions_text.startswith("templates") and len(obs.actions_text) < 2500
+    assert "focus on OBJ" in obs.actions_text and "ERROR" not in obs.actions_text
     result = env.step(None)
     assert not result.info["admissible"] and result.progress is False and not result.done
     result = env.step("fly to the moon")

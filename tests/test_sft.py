@@ -1,4 +1,6 @@
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,20 @@ def test_expert_data_from_worker_processes_is_the_same_file(tmp_path):
                                    workers=2, env_config=config)
     assert serial == parallel and serial["examples"] > 12
     assert (tmp_path / "serial.jsonl").read_bytes() == (tmp_path / "parallel.jsonl").read_bytes()
+
+
+def test_expert_data_workers_from_a_script_without_main_guard_name_it(tmp_path):
+    script = tmp_path / "collect.py"
+    script.write_text(
+        "from agentrl.config import PromptConfig\n"
+        "from agentrl.data import collect_expert_data\n"
+        "from agentrl.envs import make_env\n"
+        "from agentrl.envs.household.env import HouseholdEnvConfig\n"
+        "config = HouseholdEnvConfig()\n"
+        f"collect_expert_data(make_env(config), PromptConfig(), 4, {str(tmp_path / 'd.jsonl')!r}, 0, workers=2,"
+        " env_config=config)\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "RunError" in proc.stderr and "__main__" in proc.stderr
 
 
 def test_detours_teach_recovery_with_the_experts_labels(tmp_path):

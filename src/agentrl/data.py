@@ -8,11 +8,14 @@ import random
 import signal
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from agentrl.actor.batch import TrainSample
 from agentrl.config import ConfigError
 from agentrl.envs.base import NoExpertMove, sample_tasks
+from agentrl.envs.pool import MAIN_GUARD_HINT
+from agentrl.errors import RunError
 from agentrl.progress import task
 from agentrl.prompting import HistoryEntry, format_response, render_prompt
 from agentrl.rollout.types import StepSample, Trajectory
@@ -77,6 +80,8 @@ def expert_episodes(env, tasks: list[str], prompt, detours: float = 0.0, rng: ra
     pool = ProcessPoolExecutor(workers, mp.get_context("spawn"), _start_worker, (env_config, prompt, keep_failed))
     try:
         yield from pool.map(_worker_episode, tasks)
+    except BrokenProcessPool:
+        raise RunError(f"an expert-data worker process died; {MAIN_GUARD_HINT}") from None
     finally:
         pool.shutdown(cancel_futures=True)
 

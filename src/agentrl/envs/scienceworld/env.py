@@ -111,7 +111,7 @@ class ScienceWorldEnv:
         self._server = self._engine.server
         self._join = self._engine._gateway.jvm.java.lang.String.join
         self.task_names: list[str] = self._strings(self._server.getTaskNames())
-        self.templates = [t for t in self._engine.get_possible_actions() if t != "reset task"]
+        self.templates: list[str] = []  # the engine's action templates: it lists them once a task is loaded
         self._splits: dict[str, list[str]] = {}
         self.task_id: str | None = None
 
@@ -149,6 +149,8 @@ class ScienceWorldEnv:
             raise ValueError(f"ScienceWorld task id {task_id!r} is not '<task name>/<variation>'")
         self._engine.load(name, int(variation), simplificationStr=self.simplification, generateGoldPath=self.gold_path)
         self._server.reset()
+        if not self.templates:  # before a first load the engine answers with an error message
+            self.templates = [t for t in self._engine.get_possible_actions() if t != "reset task"]
         text = self._server.step("look around")  # the engine's own reset does this first move too
         self.task_id, self.steps, self.score = task_id, 0, 0  # the points of this first look count in step 1
         self.gold = self._strings(self._server.getGoldActionSequence()) if self.gold_path else []
