@@ -49,7 +49,8 @@ class EnvPoolConfig(Section):
     """Environment workers (0: environments run in the trainer process). With at least
     tasks_per_step x group_size, every environment has its own worker, and a crash or hang
     aborts only its own episode. Expert episodes (SFT data, the tokenizer's corpus) are played in
-    this many processes too (the same examples)."""
+    this many processes too (the same examples, where the environment is deterministic: ScienceWorld
+    lists objects in an order that varies between JVMs)."""
     step_timeout_s: float = Field(60.0, gt=0)
     """A worker that takes longer than this per environment it steps (it steps its environments
     one after another) is killed and replaced (its episodes aborted)."""
