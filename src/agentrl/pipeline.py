@@ -79,7 +79,8 @@ def make_tiny_model(config: Config, out: str | Path) -> Path:
 
 def expert_workers(config: Config) -> int:
     """Expert episodes (SFT data, the tokenizer's corpus) are played by as many processes as the
-    recipe's RL environment pool has workers: they give the same examples."""
+    recipe's RL environment pool has workers (the same examples where the environment is
+    deterministic)."""
     return config.rl.env_pool.workers if config.rl else 0
 
 
