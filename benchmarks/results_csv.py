@@ -25,7 +25,9 @@ def append_rows(path: str | Path, rows: list[dict]) -> None:
             reader = csv.DictReader(f)
             old_rows = list(reader)
             fields = list(reader.fieldnames or []) + [k for k in rows[0] if k not in (reader.fieldnames or [])]
-    with path.open("w", newline="") as f:
+    partial = path.with_name(path.name + ".partial")  # a crash mid-write leaves the old file whole
+    with partial.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields, restval="")
         writer.writeheader()
         writer.writerows(old_rows + rows)
+    partial.replace(path)
