@@ -266,6 +266,8 @@ MUTANTS = [
            'random.Random(f"testbed-expert:{task_id}").choice(keys) if noisy', "self.corridor.goal if noisy", TESTBED),
     Mutant("testbed report: a pair written baseline - method is not turned round", "benchmarks/testbed_table.py",
            '"difference": -row["difference"]', '"difference": row["difference"]', ["test_readme_tables.py"]),
+    Mutant("results: rows written over the file in place", "benchmarks/results_csv.py",
+           'partial = path.with_name(path.name + ".partial")', "partial = path", ["test_readme_tables.py"]),
     Mutant("readme tables: a CSV table keeps every row", "benchmarks/readme_tables.py",
            "if all(row[k] == v for k, v in where)", "if True", ["test_readme_tables.py"]),
     Mutant("judge counts: every answer counts as parsed", "src/agentrl/gcd/judge.py",

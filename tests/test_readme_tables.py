@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -70,3 +72,20 @@ def test_csv_and_json_tables_pick_columns_and_rows(tmp_path):
                     "<!-- results: r.json rows=pairs -->\n"
                     "|  | nn | pp |\n| --- | --- | --- |\n| a | 0.91 | 0.50 |\n| b | 1 | 0.25 |\n"
                     "<!-- end results -->\n")
+
+
+def test_result_rows_are_appended_and_a_failed_write_leaves_the_file_whole(tmp_path):
+    from results_csv import append_rows
+
+    path = tmp_path / "r.csv"
+    append_rows(path, [{"a": 1}])
+    append_rows(path, [{"a": 2, "b": "x"}])  # a new column: old rows get it empty
+    assert path.read_text().splitlines() == ["a,b", "1,", "2,x"]
+
+    class Unprintable:
+        def __str__(self):
+            raise RuntimeError("crash mid-write")
+
+    with pytest.raises(RuntimeError):
+        append_rows(path, [{"a": 3}, {"a": Unprintable()}])
+    assert path.read_text().splitlines() == ["a,b", "1,", "2,x"]
