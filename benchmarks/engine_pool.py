@@ -51,7 +51,7 @@ def main() -> None:
             steps = [m for m in metrics if "timing_s/step" in m][1:]
             rows.append({"engine": recipe["env"]["type"], "setting": name, "workers": workers, "mode": mode,
                          "steps": len(steps),
-                         **{key: round(statistics.median(m[metric] for m in steps), 2) for key, metric in PARTS.items()}})
+                         **{key: round(statistics.median(m.get(metric, 0.0) for m in steps), 2) for key, metric in PARTS.items()}})
     for row in rows:
         row.update(step_ratio=round(row["step_s"] / rows[0]["step_s"], 3), cpu=platform.processor() or platform.machine(),
                    commit=commit())

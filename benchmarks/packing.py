@@ -83,7 +83,7 @@ def main() -> None:
                 weights[mode] = load_file(list_checkpoints(run_dir / "rl")[-1] / "model" / "model.safetensors")
     rows = []
     for mode, metrics in runs.items():
-        median = {k: statistics.median(m[k] for m in metrics) for k in
+        median = {k: statistics.median(m.get(k, 0.0) for m in metrics) for k in
                   ["tokens/processed", "tokens/computed", "timing_s/step", *PARTS]}
         rows.append({"mode": mode, "recipe": args.recipe, "steps": args.steps, "runs": len(peaks[mode]),
                      "overrides": " ".join(args.set),

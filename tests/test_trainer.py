@@ -537,6 +537,20 @@ class OverconfidentSampler:
         self.sampler.sleep()
 
 
+def test_the_sampler_actor_gap_is_measured_before_the_weights_move(choice_model_dir, tmp_path):
+    """With 4 mini-batches the weights move within the step: the gap, measured in the first
+    optimiser step's forward passes (no pass of its own), stays at float noise, while the later
+    mini-batches' ratios see the moved weights."""
+    import twostep
+
+    config = twostep.config(tmp_path, 1, mini_batch_size=4, optim={"lr": 5e-2})
+    with RLTrainer(config, str(choice_model_dir), Path(config.run_dir)) as trainer:
+        metrics = trainer.train_step()
+    assert metrics["rollout/logprob_diff_max"] < 1e-4 and metrics["rollout/kl_sampler_actor"] < 1e-6
+    assert abs(metrics["actor/kl_old"]) > 1e-3, metrics["actor/kl_old"]  # the later mini-batches moved
+    assert "timing_s/actor_logprobs" not in metrics
+
+
 def test_sampler_actor_gap_is_measured_and_old_logprobs_and_tis_follow_the_choice(choice_model_dir, tmp_path):
     import twostep
 

@@ -69,6 +69,13 @@ def rollout_metrics(trajectories) -> dict[str, float]:
     }
 
 
+def sampler_gap(n: float, diff_sum: float, diff_max: float, k3_sum: float) -> dict[str, float]:
+    """The sampler-actor gap over `n` sampled tokens (all ranks) from its sums: mean and largest
+    |log p_actor - log p_sampler|, and KL(sampler || actor) by the k3 estimator."""
+    return {"rollout/logprob_diff_mean": diff_sum / max(n, 1), "rollout/logprob_diff_max": diff_max,
+            "rollout/kl_sampler_actor": k3_sum / max(n, 1)}
+
+
 def advantage_metrics(values: list[float]) -> dict[str, float]:
     if len(values) < 2:
         return {}
@@ -168,7 +175,8 @@ class RLTrainer:
         batch = StepBatch(step, usable, steps,
                           [TrainSample.from_turn(s.prompt_ids, s.response_ids, old_logprobs=s.logprobs) for s in steps])
         every = self.rl.check_logprobs_every
-        if self.rl.old_logprobs == "actor" or (every and step % every == 0):
+        in_update = bool(every) and step % every == 0 and self.rl.old_logprobs != "actor"
+        if self.rl.old_logprobs == "actor":  # the ratio's old log-probs: a forward pass of its own
             with timed(timing, "actor_logprobs"):
                 self._check_sampler(batch)
         self._hook("score", batch, timing)  # reference log-probs, reward terms, critic values
@@ -184,7 +192,10 @@ class RLTrainer:
         self.sampler.sleep()  # (vLLM on a GPU) its memory is the actor's until the weights are pushed
         with timed(timing, "update"):
             groups = [t.group_id for t in usable for _ in t.steps]
-            totals, n_updates, computed = self._update(batch.samples, groups, aux_batches, step)
+            totals, n_updates, computed = self._update(batch.samples, groups, aux_batches, step, in_update)
+        if in_update:
+            batch.metrics.update(sampler_gap(totals.pop("check/n", 0.0), totals.pop("check/diff", 0.0),
+                                             distributed.all_max(self._check_max), totals.pop("check/k3", 0.0)))
         self._hook("after_update", batch, timing)  # e.g. the critic's regression
         self.sampler.update_weights(self.actor.weights())
 
@@ -228,9 +239,7 @@ class RLTrainer:
                 sample.old_logprobs = actor_logp.tolist()
         diff = torch.cat(diffs) if diffs else torch.zeros(0)
         total, n, kl = distributed.all_sum([float(diff.sum()), diff.numel(), float(sum(x.sum() for x in k3))])
-        batch.metrics.update({"rollout/logprob_diff_mean": total / max(n, 1),
-                              "rollout/logprob_diff_max": distributed.all_max(float(diff.max()) if diff.numel() else 0.0),
-                              "rollout/kl_sampler_actor": kl / max(n, 1)})
+        batch.metrics.update(sampler_gap(n, total, distributed.all_max(float(diff.max()) if diff.numel() else 0.0), kl))
 
     def _record(self, tracker: Tracker | None) -> None:
         """The last step's trajectories of every rank saved (rl.save_rollouts) and a few shown in
@@ -255,24 +264,28 @@ class RLTrainer:
                 getattr(component, hook)(batch)
 
     def _update(self, samples: list[TrainSample], groups: list[int], aux_batches: dict,
-                step: int) -> tuple[dict[str, float], int, int]:
+                step: int, check: bool = False) -> tuple[dict[str, float], int, int]:
         """`rl.epochs` passes of mini-batch optimiser steps (the policy loss plus each auxiliary
         loss's share) over the samples in `rl.mini_batch_order` (`groups`: each sample's task
         group); returns the summed actor metrics, the number of optimiser steps and the tokens the
-        policy loss's forward passes ran (packed rows count a shared prompt once)."""
+        policy loss's forward passes ran (packed rows count a shared prompt once). With `check`,
+        the first optimiser step's forward passes, which run the weights that sampled, also
+        measure the sampler-actor gap (metrics check/*, the largest gap in `_check_max`)."""
         rl, pad = self.rl, self.tokenizer.pad_token_id
         totals: dict[str, float] = {}
         computed = 0
+        self._check_max = 0.0
         order = random.Random(step_seed(self.config.seed, step, "shuffle"))
         n_chunks = -(-int(distributed.all_sum([len(samples)])[0]) // rl.mini_batch_size)
-        for _ in range(rl.epochs):
+        for epoch in range(rl.epochs):
             samples = shuffled(samples, groups if rl.mini_batch_order == "grouped" else None, order)
             for k, chunk in enumerate(mini_batch_split(samples, rl.mini_batch_size, n_chunks, self.world)):
                 lengths = [s.n_targets for s in chunk]
                 weights = aggregation_weights(lengths, rl.loss_agg, distributed.all_sum([sum(lengths), len(lengths)]))
                 for s, w in zip(chunk, weights):
                     s.weight = [w] * s.n_targets
-                parts = [(micro_batches(chunk, rl.micro_batch_tokens, pad, rl.pack_prefixes), self._policy_loss())
+                first = check and epoch == 0 and k == 0
+                parts = [(micro_batches(chunk, rl.micro_batch_tokens, pad, rl.pack_prefixes), self._policy_loss(first))
                          ] if chunk else []
                 computed += sum(b.n_computed for batches, _ in parts for b in batches)
                 for aux in self.aux_losses:
@@ -292,7 +305,9 @@ class RLTrainer:
                     totals[key] = totals.get(key, 0.0) + value
         return totals, max(1, rl.epochs * n_chunks), computed
 
-    def _policy_loss(self):
+    def _policy_loss(self, check: bool = False):
+        """The policy loss of a micro-batch; with `check` it also sums the sampler-actor gap of
+        its tokens (valid before the step's first optimiser step only)."""
         rl, temperature = self.rl, self.config.sampling.temperature or 1.0
         loss_impl = POLICY_LOSSES.get(rl.loss.type)
 
@@ -308,6 +323,12 @@ class RLTrainer:
             metrics = {"pg_loss": pg.sum().detach(), "entropy": entropy.sum().detach(),
                        "kl_old": (batch.old_logprobs - logp).sum().detach(),
                        **{k: c.detach() for k, c in counts.items()}}
+            if check:  # these forward passes run the weights that sampled
+                log_ratio = logp.detach().float() - batch.old_logprobs.float()  # log p_actor / p_sampler
+                metrics.update({"check/n": len(logp), "check/diff": log_ratio.abs().sum(),
+                                "check/k3": (torch.exp(log_ratio) - 1 - log_ratio).sum()})
+                if len(log_ratio):
+                    self._check_max = max(self._check_max, float(log_ratio.abs().max()))
             if self.uses_reference and not rl.kl_in_reward:
                 kl = KL_ESTIMATORS.get(rl.kl_estimator)(logp, batch.ref_logprobs)
                 total = total + rl.kl_coef * (weight * kl).sum()

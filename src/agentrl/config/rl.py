@@ -117,8 +117,10 @@ class RLConfig(Section):
     (truncated importance sampling: the rollouts came from the sampler, not the actor)."""
     check_logprobs_every: int = Field(1, ge=0)
     """Every N steps, compare the actor's log-probs of the sampled tokens with the sampler's
-    (rollout/logprob_diff_mean, _max, rollout/kl_sampler_actor; 0: never, unless
-    old_logprobs: actor needs them every step). Costs one forward pass without gradients."""
+    (rollout/logprob_diff_mean, _max, rollout/kl_sampler_actor; 0: never). Measured in the
+    update's first optimiser step, whose forward passes run the weights that sampled: no pass of
+    its own, over the step's samples when one mini-batch holds them (else the first mini-batch's).
+    With old_logprobs: actor, every step in a forward pass of its own, before the update."""
     advantage: Annotated[Section, ADVANTAGES.field("grpo")] = Field(default_factory=lambda: ADVANTAGES.make("grpo"))
     """The advantage estimator, by `type` (grpo, rloo, gigpo, gagpo, rlvmr, ppo, or a plugin's)."""
     loss: Annotated[Section, POLICY_LOSSES.field("ppo_clip")] = Field(default_factory=lambda: POLICY_LOSSES.make("ppo_clip"))
