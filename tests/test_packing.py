@@ -37,6 +37,7 @@ def forward_backward(model, samples, budget, pack):
     model.zero_grad(set_to_none=True)
     total, computed = 0.0, 0
     for batch in micro_batches(samples, budget, pack=pack):
+        batch = batch.to(model.device)
         logp, _ = response_logprobs(model, batch, 0.8, entropy=True)
         loss, _ = ppo_clip(logp, batch.old_logprobs, batch.advantages, batch.sample_index, PPOClipConfig())
         loss.sum().backward()
@@ -48,9 +49,14 @@ def forward_backward(model, samples, budget, pack):
     return scored, total, grads, computed
 
 
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
 @pytest.mark.parametrize("budget", [10**6, 60])
-def test_packed_equals_unpacked(tiny_model_dir, budget):
-    model = load_model(tiny_model_dir).float()
+def test_packed_equals_unpacked(tiny_model_dir, budget, device):
+    """On a GPU too: there the tree mask runs SDPA's masked kernel, the plain rows its causal one."""
+    model = load_model(tiny_model_dir).float().to(device)
     samples = step_samples()
     plain, plain_loss, plain_grads, plain_tokens = forward_backward(model, samples, budget, pack=False)
     packed, packed_loss, packed_grads, packed_tokens = forward_backward(model, samples, budget, pack=True)
