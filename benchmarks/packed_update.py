@@ -9,8 +9,11 @@ saved steps, the first mini-batch the trainer would deal (grouped by task group,
 random-init model of `--shape` with the run's tokenizer. Modes:
 
 - unpacked: one row per sample (`rl.pack_prefixes: false`);
-- packed: prefix trees, SDPA with the tree mask (the default);
-- flex (CUDA only): the same trees through FlexAttention with a block mask built from them
+- packed: prefix trees, SDPA with the tree mask (the default: a sample joins a row when its
+  sharing pays for the row's longer attention at the model's shape, `Packing.for_model`);
+- packed-no-cost: prefix trees joining every sample that shares a leading token and fits (pair
+  cost 0, the rule before `Packing` weighed the attention);
+- flex (CUDA only): the packed trees through FlexAttention with a block mask built from them
   (torch compiles it per shape: its first calls are slow).
 
 Each mode runs once untimed, then the modes alternate A B C C B A for `--repeats` rounds. Per
@@ -40,7 +43,7 @@ from packing_tokens import step_samples
 from results_csv import append_rows, commit
 from transformers import AutoModelForCausalLM
 
-from agentrl.actor.batch import micro_batches, per_sample
+from agentrl.actor.batch import Packing, micro_batches, per_sample
 from agentrl.actor.single import response_logprobs
 from agentrl.kernels import linear_logprob
 from agentrl.models import load_tokenizer
@@ -73,6 +76,12 @@ def logprobs(model, batch, mode: str) -> torch.Tensor:
         model.set_attn_implementation("sdpa")
 
 
+def packing(model, mode: str) -> Packing | None:
+    if mode == "unpacked":
+        return None
+    return Packing() if mode == "packed-no-cost" else Packing.for_model(model.config)
+
+
 def update(model, samples, budget: int, pad_id: int, mode: str) -> dict:
     """One forward and backward of the mean log-prob of `samples`' trained tokens, packing included."""
     cuda = model.device.type == "cuda"
@@ -81,7 +90,7 @@ def update(model, samples, budget: int, pad_id: int, mode: str) -> dict:
         torch.cuda.reset_peak_memory_stats()
     model.zero_grad(set_to_none=True)
     start = time.perf_counter()
-    batches = micro_batches(samples, budget, pad_id, pack=mode != "unpacked")
+    batches = micro_batches(samples, budget, pad_id, packing(model, mode))
     total = sum(b.n_tokens for b in batches)
     for batch in batches:
         (logprobs(model, batch, mode).sum() / total).backward()
@@ -99,7 +108,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="the run's last saved steps used")
     parser.add_argument("--shape", default="tiny", choices=list(SHAPES))
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--modes", nargs="+", default=["unpacked", "packed"], choices=["unpacked", "packed", "flex"])
+    parser.add_argument("--modes", nargs="+", default=["unpacked", "packed"], choices=["unpacked", "packed", "packed-no-cost", "flex"])
     parser.add_argument("--repeats", type=int, default=2, help="rounds of A B C C B A")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
@@ -144,8 +153,8 @@ def measure(model, run: Path, steps: int, modes: list[str], repeats: int) -> lis
         for samples in mini_batches:
             ref = per_sample(samples, budget, pad_id, lambda bs: [logprobs(model, b, "unpacked") for b in bs])
             for mode in modes:
-                out = per_sample(samples, budget, pad_id, lambda bs: [logprobs(model, b, mode) for b in bs],
-                                 pack=mode != "unpacked")
+                out = per_sample(samples, budget, pad_id, lambda bs, mode=mode: [logprobs(model, b, mode) for b in bs],
+                                 packing(model, mode))
                 diff = max(float((a.float() - b.float()).abs().max()) for a, b in zip(out, ref))
                 gap[mode] = max(gap.get(mode, 0.0), diff)
     for mode in modes:

@@ -4,7 +4,7 @@
 - processed: the step samples' tokens (what an unpacked update computes);
 - whole prompts: each mini-batch's distinct prompts once plus every response (sharing only
   identical prompts, as Prefix Grouper does);
-- packed: what `micro_batches(..., pack=True)` computes for the update's mini-batches
+- packed: what `micro_batches(..., pack=Packing.for_model(...))` computes (the run's model shape) for the update's mini-batches
   (`rl.mini_batch_size`, dealt as the trainer does: shuffled, or grouped by task group with
   `rl.mini_batch_order: grouped`), and for the whole step at once (the sampler check, or an
   update with one mini-batch per step);
@@ -25,7 +25,9 @@ import random
 import sys
 from pathlib import Path
 
-from agentrl.actor.batch import TrainSample, micro_batches
+from transformers import AutoConfig
+
+from agentrl.actor.batch import Packing, TrainSample, micro_batches
 from agentrl.models import load_tokenizer
 from agentrl.recipe import load_config
 from agentrl.rollout.collect import encode_prompt
@@ -58,13 +60,15 @@ def whole_prompts(samples: list[TrainSample]) -> int:
     return sum(map(len, prompts)) + sum(s.n_targets for s in samples)
 
 
-def computed(samples: list[TrainSample], budget: int) -> int:
-    return sum(batch.n_computed for batch in micro_batches(samples, budget, pack=True))
+def computed(samples: list[TrainSample], budget: int, packing: Packing) -> int:
+    return sum(batch.n_computed for batch in micro_batches(samples, budget, pack=packing))
 
 
 def measure(run: Path, steps: int) -> dict:
     config = load_config(run / "config.yaml")
-    tokenizer = load_tokenizer(str(run / "sft" / "model") if (run / "sft" / "model").is_dir() else config.model.path)
+    model = str(run / "sft" / "model") if (run / "sft" / "model").is_dir() else config.model.path
+    tokenizer = load_tokenizer(model)
+    packing = Packing.for_model(AutoConfig.from_pretrained(model))
     paths = sorted((run / "rl" / "rollouts").glob("step_*.jsonl.gz"))[-steps:]
     if not paths:
         raise SystemExit(f"{run}/rl/rollouts: no saved rollouts")
@@ -78,9 +82,9 @@ def measure(run: Path, steps: int) -> dict:
         totals["samples"] += len(samples)
         totals["processed"] += sum(len(s.ids) for s in samples)
         totals["whole_prompts"] += sum(whole_prompts(chunk) for chunk in chunks)
-        totals["packed"] += sum(computed(chunk, budget) for chunk in chunks)
-        totals["packed_grouped"] += sum(computed(chunk, budget) for chunk in grouped)
-        totals["packed_step"] += computed(samples, budget)
+        totals["packed"] += sum(computed(chunk, budget, packing) for chunk in chunks)
+        totals["packed_grouped"] += sum(computed(chunk, budget, packing) for chunk in grouped)
+        totals["packed_step"] += computed(samples, budget, packing)
         totals["distinct"] += distinct(samples)
     shares = {f"{k}_share": round(v / totals["processed"], 3) for k, v in totals.items() if k not in ("samples", "processed")}
     return {"run": str(run), "env": config.env.type, "steps": len(paths), "mini_batch_size": config.rl.mini_batch_size,

@@ -166,12 +166,14 @@ def test_bf16_weights_learn_through_fp32_master_weights_and_resume_exactly(tiny_
 def test_shared_prefill_generates_what_separate_prefills_generate(tiny_model_dir):
     """Prompts prefilled as a prefix tree: every sample gets the tokens and log-probs it gets when
     each prompt is prefilled on its own (sampled and greedy), and each distinct leading part of
-    the prompts (but their last tokens) is run once."""
+    the prompts (but their last tokens) is run once: the prompts that start as `a` in one row,
+    the two `b`s, which share nothing with them, in a row of their own (cheaper than a longer
+    shared row: `Packing`), padded to the first's width."""
     tokenizer, model = load_tokenizer(tiny_model_dir), load_model(tiny_model_dir)
     a = tokenizer("Task: put a apple in shelf.\nObservation: You arrive at desk 1.").input_ids
     b = tokenizer("Actions: go to desk 1, look").input_ids
     prompts = [a, b, a, a, b, a[:7], a, a[:9] + b]
-    distinct = len({tuple(p[:i]) for p in prompts for i in range(1, len(p))})
+    a_tree = len({tuple(p[:i]) for p in prompts if p[0] == a[0] for i in range(1, len(p))})
     embedded = []
     hook = model.get_input_embeddings().register_forward_hook(lambda m, i, o: embedded.append(i[0].numel()))
     for temperature in (1.0, 0.0):
@@ -185,7 +187,7 @@ def test_shared_prefill_generates_what_separate_prefills_generate(tiny_model_dir
         for plain, shared in zip(out[False], out[True]):
             assert shared.token_ids == plain.token_ids
             torch.testing.assert_close(torch.tensor(shared.logprobs), torch.tensor(plain.logprobs), atol=1e-5, rtol=0)
-        # unshared: the padded prompts, then the new tokens; shared: the tree (one row), the prompts'
-        # last tokens, then the same new tokens
-        assert runs[True] - distinct - len(prompts) == runs[False] - len(prompts) * max(map(len, prompts))
+        # unshared: the padded prompts, then the new tokens; shared: the tree (two rows), the
+        # prompts' last tokens, then the same new tokens
+        assert runs[True] - 2 * a_tree - len(prompts) == runs[False] - len(prompts) * max(map(len, prompts))
     hook.remove()

@@ -6,7 +6,7 @@ by the token budget, and samples whose prompts share only a leading part."""
 import pytest
 import torch
 
-from agentrl.actor.batch import TrainSample, micro_batches, per_sample
+from agentrl.actor.batch import Packing, TrainSample, micro_batches, per_sample
 from agentrl.actor.single import response_logprobs
 from agentrl.losses.policy import PPOClipConfig, ppo_clip
 from agentrl.models import load_model
@@ -58,8 +58,8 @@ def test_packed_equals_unpacked(tiny_model_dir, budget, device):
     """On a GPU too: there the tree mask runs SDPA's masked kernel, the plain rows its causal one."""
     model = load_model(tiny_model_dir).float().to(device)
     samples = step_samples()
-    plain, plain_loss, plain_grads, plain_tokens = forward_backward(model, samples, budget, pack=False)
-    packed, packed_loss, packed_grads, packed_tokens = forward_backward(model, samples, budget, pack=True)
+    plain, plain_loss, plain_grads, plain_tokens = forward_backward(model, samples, budget, pack=None)
+    packed, packed_loss, packed_grads, packed_tokens = forward_backward(model, samples, budget, pack=Packing())
     for a, b in zip(plain, packed):
         torch.testing.assert_close(b, a, atol=1e-5, rtol=0)  # (n_targets, 2): log-prob, entropy
     assert packed_loss == pytest.approx(plain_loss, abs=1e-5)
@@ -83,8 +83,8 @@ def test_nested_prefixes_pack_as_one_tree_and_equal_unpacked(tiny_model_dir):
                                      advantages=torch.randn(3, generator=g).tolist()) for p in prompts for _ in range(2)]
     samples = [samples[i] for i in torch.randperm(len(samples), generator=g).tolist()]
     model = load_model(tiny_model_dir).float()
-    plain, plain_loss, plain_grads, _ = forward_backward(model, samples, 10**6, pack=False)
-    packed, packed_loss, packed_grads, computed = forward_backward(model, samples, 10**6, pack=True)
+    plain, plain_loss, plain_grads, _ = forward_backward(model, samples, 10**6, pack=None)
+    packed, packed_loss, packed_grads, computed = forward_backward(model, samples, 10**6, pack=Packing())
     for x, y in zip(plain, packed):
         torch.testing.assert_close(y, x, atol=1e-5, rtol=0)
     assert packed_loss == pytest.approx(plain_loss, abs=1e-5)
@@ -96,12 +96,33 @@ def test_nested_prefixes_pack_as_one_tree_and_equal_unpacked(tiny_model_dir):
 
 def test_packed_rows_respect_the_budget_and_keep_sample_order(tiny_model_dir):
     samples = step_samples(1)
-    assert micro_batches([], 60, pack=True) == []  # a step whose episodes all aborted
+    assert micro_batches([], 60, pack=Packing()) == []  # a step whose episodes all aborted
     for budget in (40, 60, 10**6):
-        batches = micro_batches(samples, budget, pack=True)
+        batches = micro_batches(samples, budget, pack=Packing())
         assert all(b.input_ids.numel() <= max(budget, max(len(s.ids) for s in samples)) for b in batches)
         assert sum(b.n_tokens for b in batches) == sum(s.n_targets for s in samples)
         assert sum(int(b.advantages.numel()) for b in batches) == sum(s.n_targets for s in samples)
+
+
+def test_a_sample_joins_a_row_only_when_sharing_pays_for_the_longer_attention(tiny_model_dir):
+    """Three 100-token samples: two share 90 leading tokens, the third only the first 10. At a
+    small model's pair cost (the tiny model's, about 1e-3 tokens of work per attention pair) the
+    two share a row of 110 tokens and the third takes a row of its own: one row of 200 would save
+    10 more tokens but compute 200^2 pairs against 110^2 + 100^2. Without an attention cost, one
+    row. Either way the layout is modelled cheaper than one row per sample."""
+    from transformers import AutoConfig
+
+    def sample(shared, i):
+        return TrainSample.from_turn(list(range(3, 3 + shared)) + [200 + i] * (95 - shared), [100 + i] * 5)
+
+    samples = [sample(90, 0), sample(90, 1), sample(10, 2)]
+    cost = Packing.for_model(AutoConfig.from_pretrained(tiny_model_dir))
+    assert 5e-4 < cost.pair_cost < 5e-3
+    assert micro_batches(samples, 10**6, pack=cost)[0].input_ids.shape == (2, 110)
+    assert micro_batches(samples, 10**6, pack=Packing())[0].input_ids.shape == (1, 200)
+    # Sharing 10 tokens of 100 pays for no longer row at that cost: one row per sample.
+    assert micro_batches(samples[1:], 10**6, pack=cost)[0].mask.shape == (2, 100)
+    assert micro_batches(samples[1:], 10**6, pack=cost)[0].subtree_end is None
 
 
 def test_a_suffix_never_sees_another_suffix(tiny_model_dir):
@@ -112,9 +133,9 @@ def test_a_suffix_never_sees_another_suffix(tiny_model_dir):
     samples = [TrainSample.from_turn(prompt, [50 + i, 60 + i, 70 + i]) for i in range(3)]
     changed = samples[:1] + [TrainSample.from_turn(prompt, [90, 91, 92, 93, 94])] + samples[2:]
     with torch.no_grad():
-        before = per_sample(samples, 10**6, 0, lambda bs: [response_logprobs(model, b)[0] for b in bs], pack=True)
-        after = per_sample(changed, 10**6, 0, lambda bs: [response_logprobs(model, b)[0] for b in bs], pack=True)
-    assert micro_batches(samples, 10**6, pack=True)[0].input_ids.shape == (1, 20 + 9)  # one row
+        before = per_sample(samples, 10**6, 0, lambda bs: [response_logprobs(model, b)[0] for b in bs], pack=Packing())
+        after = per_sample(changed, 10**6, 0, lambda bs: [response_logprobs(model, b)[0] for b in bs], pack=Packing())
+    assert micro_batches(samples, 10**6, pack=Packing())[0].input_ids.shape == (1, 20 + 9)  # one row
     torch.testing.assert_close(after[0], before[0], atol=1e-6, rtol=0)
     torch.testing.assert_close(after[2], before[2], atol=1e-6, rtol=0)
 

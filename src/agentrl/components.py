@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from agentrl.actor.batch import TrainSample
+from agentrl.actor.batch import Packing, TrainSample
 from agentrl.advantages.common import Advantages
 from agentrl.rollout.types import StepSample, Trajectory
 
@@ -97,6 +97,9 @@ class Context:
     sampler: object
     tokenizer: object
     run_dir: Path
+    packing: Packing | None = None
+    """How the run packs step samples for the model (`rl.pack_prefixes`; None: unpacked): pass it
+    to `micro_batches` / `per_sample` when running the model on them."""
 
 
 @contextmanager

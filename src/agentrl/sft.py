@@ -10,7 +10,7 @@ import torch
 
 from agentrl import distributed
 from agentrl.actor import SingleActorConfig
-from agentrl.actor.batch import micro_batches
+from agentrl.actor.batch import Packing, micro_batches
 from agentrl.checkpoint import checkpoint_dir, latest_checkpoint, read_state, save_checkpoint
 from agentrl.config import ConfigError
 from agentrl.data import encode_conversation, read_chat_dataset
@@ -46,6 +46,7 @@ def train_sft(model, tokenizer, data_path: str | Path, sft_cfg, seed: int, out_d
         torch.manual_seed(seed)  # the adapters' initialisation
         model = add_lora(model, actor_cfg.lora)
     actor = ACTORS.get(actor_cfg.backend)(actor_cfg, model, sft_cfg.optim, [])
+    packing = Packing.for_model(model.config) if sft_cfg.pack_prefixes else None
     rank, world = distributed.rank(), distributed.world()
     start = 0
     if resume is not None:
@@ -69,7 +70,7 @@ def train_sft(model, tokenizer, data_path: str | Path, sft_cfg, seed: int, out_d
                 set_stage(f"SFT step {step}")
                 total_weight = sum(sum(s.weight) for s in chunk)
                 batches = micro_batches(chunk[rank::world], sft_cfg.micro_batch_tokens, tokenizer.pad_token_id,
-                                        sft_cfg.pack_prefixes)
+                                        packing)
                 metrics = actor.optimizer_step([(batches, sft_loss(actor, total_weight))])
                 loss = metrics.pop("nll_sum") / metrics.pop("response_tokens")
                 if tracker is not None:

@@ -19,7 +19,7 @@ import torch
 from agentrl import distributed
 from agentrl.actor import check_launch, shards_on_load
 from agentrl.actor.base import Actor
-from agentrl.actor.batch import TrainSample, micro_batches, per_sample
+from agentrl.actor.batch import Packing, TrainSample, micro_batches, per_sample
 from agentrl.advantages import compute_advantages
 from agentrl.advantages.nthr import NTHR
 from agentrl.analysis.coupling import CouplingLab
@@ -98,8 +98,9 @@ class RLTrainer:
             self.tokenizer, config)
         # The full HF policy that components read (the sampler's copy when the actor is sharded).
         policy = self.model if not sharded else getattr(self.sampler, "model", None)
+        self.packing = Packing.for_model(self.model.config) if self.rl.pack_prefixes else None
         self.components, self.aux_losses = build_components(Context(config, model_path, policy, self.sampler,
-                                                                    self.tokenizer, self.run_dir))
+                                                                    self.tokenizer, self.run_dir, self.packing))
         self.uses_reference = self.rl.kl_coef > 0
         self.pool = EnvPool(config.env, self.rl.env_pool)
         extra = [p for c in self.components for p in c.parameters()]
@@ -227,7 +228,7 @@ class RLTrainer:
         rl.old_logprobs: actor they become the PPO ratio's old log-probs (and the TIS weights)."""
         rl, temperature = self.rl, self.config.sampling.temperature or 1.0
         found = per_sample(batch.samples, rl.micro_batch_tokens, self.tokenizer.pad_token_id,
-                           lambda batches: self.actor.score_logprobs(batches, temperature), rl.pack_prefixes)
+                           lambda batches: self.actor.score_logprobs(batches, temperature), self.packing)
         diffs, k3 = [], []
         for sample, actor_logp in zip(batch.samples, found):
             log_ratio = actor_logp.float().cpu() - torch.tensor(sample.old_logprobs)  # log p_actor / p_sampler
@@ -285,14 +286,14 @@ class RLTrainer:
                 for s, w in zip(chunk, weights):
                     s.weight = [w] * s.n_targets
                 first = check and epoch == 0 and k == 0
-                parts = [(micro_batches(chunk, rl.micro_batch_tokens, pad, rl.pack_prefixes), self._policy_loss(first))
+                parts = [(micro_batches(chunk, rl.micro_batch_tokens, pad, self.packing), self._policy_loss(first))
                          ] if chunk else []
                 computed += sum(b.n_computed for batches, _ in parts for b in batches)
                 for aux in self.aux_losses:
                     share = aux_batches[aux.name].samples[k::n_chunks]
                     aux_tokens = distributed.all_sum([sum(s.n_targets for s in share)])[0]
                     if share:
-                        parts.append((micro_batches(share, rl.micro_batch_tokens, pad, rl.pack_prefixes),
+                        parts.append((micro_batches(share, rl.micro_batch_tokens, pad, self.packing),
                                       self._aux_loss(aux, aux_tokens)))
                 result = self.actor.optimizer_step(parts)
                 self._skipped_in_a_row = self._skipped_in_a_row + 1 if result["skipped_updates"] else 0
@@ -468,7 +469,7 @@ def build_components(ctx: Context) -> tuple[list[Component], list]:
         if getattr(rl.actor, "lora", None) is None:
             reference = load_model(ctx.model_path, config.model.dtype).eval().requires_grad_(False)
         components.append(ReferenceLogprobs(reference, ctx.policy, temperature, rl.micro_batch_tokens,
-                                            ctx.tokenizer.pad_token_id, rl.pack_prefixes))
+                                            ctx.tokenizer.pad_token_id, ctx.packing))
         if rl.kl_in_reward:
             components.append(KLRewardPenalty(rl.kl_coef, rl.kl_estimator))
     extra = ADVANTAGES.entry(rl.advantage.type).components
@@ -476,7 +477,7 @@ def build_components(ctx: Context) -> tuple[list[Component], list]:
         components += extra(rl.advantage, ctx)
     if rl.nthr is not None:
         components.append(NTHR(ctx.policy, rl.nthr, temperature, ctx.tokenizer.pad_token_id, rl.micro_batch_tokens,
-                               rl.pack_prefixes))
+                               ctx.packing))
     if rl.coupling_every:
         components.append(CouplingLab(ctx.policy, ctx.tokenizer, rl.coupling_every, rl.coupling_pairs,
                                       rl.coupling_lr, config.seed))

@@ -6,7 +6,7 @@ named per-trained-token fields that the losses read (old log-probs, advantages, 
 fields is flat, (N,) over the N trained tokens in row-major order of the mask, or None when
 no loss of the batch uses it.
 
-Prefix packing (`pack=True`): one environment step is one sample, so the samples of a task
+Prefix packing (`pack=Packing(...)`): one environment step is one sample, so the samples of a task
 group repeat the same prompt again and again, and the prompts of one episode's steps, or of a
 group's rollouts, share their leading part (instructions, task, the first observations). A row
 packs samples as a prefix tree: samples are placed in order, each sharing the leading tokens its
@@ -16,7 +16,8 @@ position in its own sample and attends to its ancestors in the tree only: laid o
 order, a token's descendants are the columns up to its `subtree_end`, so the 4-D mask is
 `key <= query < subtree_end[key]` (as Tree Training; Prefix Grouper is the one-level case). Rows
 are sorted by prefix, so similar prompts are neighbours, and filled up to `ROW_TOKENS` tokens
-(or twice the longest sample). A shared token's activations are computed once and receive the
+(or twice the longest sample) with the samples whose sharing pays for the longer row's attention
+(`Packing`). A shared token's activations are computed once and receive the
 gradients of every sample below it; each trained token's log-prob is the one the unpacked batch
 gives (up to float summation order).
 """
@@ -159,6 +160,32 @@ def _fields(samples: list[TrainSample]) -> dict:
     return values
 
 
+@dataclass(frozen=True)
+class Packing:
+    """How samples share packed rows. The tree mask makes the attention kernel compute every
+    (query, key) pair of a row, so a row of n tokens and width w costs about n + pair_cost x w^2
+    tokens' work (a sample alone on a row: its length and its square). A sample joins a row only
+    when the row with it costs less than the row without it plus the sample on a row of its own:
+    sharing a long prompt pays for a longer row, sharing a few instruction tokens between long
+    prompts does not (with a small model's relatively costly attention, such rows made the
+    update slower than unpacked; `benchmarks/packed_update.py`)."""
+
+    pair_cost: float = 0.0
+    """The work of one (query, key) pair of attention in units of one token's work in the linear
+    layers (`for_model`); 0: a sample joins whenever it shares a leading token and fits."""
+
+    @classmethod
+    def for_model(cls, config) -> Packing:
+        """The pair cost of a decoder's config, per layer: attention does 4 x heads x head_dim
+        flops per pair, the linear layers (q, k, v, o projections and a gated MLP) 2 x their
+        weights per token (the output layer's work is the same packed or not)."""
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        weights = config.hidden_size * (head_dim * (2 * heads + 2 * kv_heads) + 3 * config.intermediate_size)
+        return cls(4 * heads * head_dim / (2 * weights))
+
+
 def prefix_length(sample: TrainSample) -> int:
     """Tokens before the first trained one (the first token is never trained): the part a packed
     row shares."""
@@ -232,23 +259,24 @@ def collate_rows(rows: list[list[TrainSample]], pad_id: int = 0) -> TokenBatch:
                       predict=torch.tensor(predict, dtype=torch.long), **_fields(samples))
 
 
-def prefix_rows(samples: list[TrainSample], max_row: int) -> list[list[TrainSample]]:
+def prefix_rows(samples: list[TrainSample], max_row: int, pair_cost: float = 0.0) -> list[list[TrainSample]]:
     """Samples sorted by prefix (those with the same prefix in their given order), so that shared
     leading parts are neighbours, and placed into rows of at most `max_row` packed tokens in that
-    order, a new row where the next sample does not fit. A sample longer than `max_row` on its own
-    gets a row of its own."""
+    order: a sample joins the last row when it fits and sharing pays for the row's longer
+    attention (`Packing`), else starts a row. A sample longer than `max_row` gets a row of its own."""
     ordered = sorted(samples, key=lambda s: s.ids[:prefix_length(s)])
     rows: list[list[TrainSample]] = []
     used, previous = 0, []
     for s in ordered:
-        prefix = s.ids[:prefix_length(s)]
-        extra = len(s.ids) - _shared(prefix, previous)
-        if rows and used + extra <= max_row:
+        prefix, n = s.ids[:prefix_length(s)], len(s.ids)
+        extra = n - _shared(prefix, previous)
+        grows = extra + pair_cost * ((used + extra) ** 2 - used ** 2)
+        if rows and used + extra <= max_row and grows < n + pair_cost * n ** 2:
             rows[-1].append(s)
             used += extra
         else:
             rows.append([s])
-            used = len(s.ids)
+            used = n
         previous = prefix
     return rows
 
@@ -275,18 +303,44 @@ def budget_chunks(items: Iterable[T], token_budget: int, length: Callable[[T], i
 ROW_TOKENS = 512
 
 
-def _chunks(samples: list[TrainSample], token_budget: int, pad_id: int, pack: bool
+def work(chunks: list[list], length: Callable, pair_cost: float) -> float:
+    """The modelled work of micro-batches (`Packing`): each runs count x width positions and
+    count x width^2 attention pairs, padding included."""
+    total = 0.0
+    for chunk in chunks:
+        width = max(map(length, chunk))
+        total += len(chunk) * width * (1 + pair_cost * width)
+    return total
+
+
+def packed_chunks(samples: list[TrainSample], max_row: int, token_budget: int, pack: Packing
+                  ) -> list[list[list[TrainSample]]] | None:
+    """Micro-batches of packed rows within `token_budget` padded tokens: of the rows that a sample
+    joins when its sharing pays for the longer attention, and the rows that every sample sharing
+    a leading token joins (fewer rows, less padding), the layout of least modelled work
+    (`work`); None when one row per sample is modelled cheaper still."""
+    layouts = [list(budget_chunks(prefix_rows(samples, max_row, cost), token_budget, length=row_length))
+               for cost in dict.fromkeys((pack.pair_cost, 0.0))]
+    best = min(layouts, key=lambda chunks: work(chunks, row_length, pack.pair_cost))
+    plain = work(list(budget_chunks(samples, token_budget)), lambda s: len(s.ids), pack.pair_cost)
+    return best if work(best, row_length, pack.pair_cost) < plain else None
+
+
+def _chunks(samples: list[TrainSample], token_budget: int, pad_id: int, pack: Packing | None
             ) -> list[tuple[list[TrainSample], TokenBatch]]:
     """(the samples of a micro-batch in its token order, the micro-batch) within `token_budget`
-    padded tokens, longest rows first; with `pack`, samples sharing a prefix share rows."""
-    if not pack or not samples:
+    padded tokens, longest rows first; with `pack`, samples sharing a prefix share rows where
+    that is modelled cheaper (`packed_chunks`)."""
+    chunks = None
+    if pack is not None and samples:
+        max_row = min(token_budget, max(ROW_TOKENS, 2 * max(len(s.ids) for s in samples)))
+        chunks = packed_chunks(samples, max_row, token_budget, pack)
+    if chunks is None:
         return [(chunk, collate(chunk, pad_id)) for chunk in budget_chunks(samples, token_budget)]
-    rows = prefix_rows(samples, min(token_budget, max(ROW_TOKENS, 2 * max(len(s.ids) for s in samples))))
-    return [([s for row in chunk for s in row], collate_rows(chunk, pad_id))
-            for chunk in budget_chunks(rows, token_budget, length=row_length)]
+    return [([s for row in chunk for s in row], collate_rows(chunk, pad_id)) for chunk in chunks]
 
 
-def micro_batches(samples: list[TrainSample], token_budget: int, pad_id: int = 0, pack: bool = False
+def micro_batches(samples: list[TrainSample], token_budget: int, pad_id: int = 0, pack: Packing | None = None
                   ) -> list[TokenBatch]:
     """Samples (longest first) in micro-batches of at most `token_budget` padded tokens, with
     `pack` each shared prefix computed once (see the module docstring)."""
@@ -294,7 +348,8 @@ def micro_batches(samples: list[TrainSample], token_budget: int, pad_id: int = 0
 
 
 def per_sample(samples: list[TrainSample], token_budget: int, pad_id: int,
-               compute: Callable[[list[TokenBatch]], list[torch.Tensor]], pack: bool = False) -> list[torch.Tensor]:
+               compute: Callable[[list[TokenBatch]], list[torch.Tensor]], pack: Packing | None = None
+               ) -> list[torch.Tensor]:
     """`compute(batches)` -> one (N, ...) tensor per trained token of each batch, run on the
     samples in budget-sized micro-batches (packed with `pack`), split back into one tensor
     (n_targets, ...) per sample, in the order of `samples`."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from agentrl.actor.batch import per_sample
+from agentrl.actor.batch import Packing, per_sample
 from agentrl.actor.single import trained_hidden
 from agentrl.components import Component, StepBatch
 
@@ -46,7 +46,7 @@ def nthr_token_weights(h_pos, y_pos, h_neg, y_neg, head_weight, temperature: flo
 
 
 @torch.no_grad()
-def token_hidden(model, samples, pad_id: int, token_budget: int, pack: bool = False
+def token_hidden(model, samples, pad_id: int, token_budget: int, pack: Packing | None = None
                  ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(hidden (n, H), targets (n,)) of every sample's trained tokens, in the samples' order."""
     hidden = per_sample(samples, token_budget, pad_id, lambda batches: [trained_hidden(model, b).float() for b in batches],
@@ -55,7 +55,7 @@ def token_hidden(model, samples, pad_id: int, token_budget: int, pack: bool = Fa
 
 
 def apply_nthr(model, samples, group_ids: list[int], config, temperature: float, pad_id: int,
-               token_budget: int, pack: bool = False) -> dict[str, float]:
+               token_budget: int, pack: Packing | None = None) -> dict[str, float]:
     """Rescale the per-token `advantages` of the negative samples in place."""
     features = token_hidden(model, samples, pad_id, token_budget, pack)
     head = model.get_output_embeddings().weight.detach().float()
@@ -91,7 +91,7 @@ class NTHR(Component):
 
     name = "nthr"
 
-    def __init__(self, policy, config, temperature: float, pad_id: int, token_budget: int, pack: bool = False):
+    def __init__(self, policy, config, temperature: float, pad_id: int, token_budget: int, pack: Packing | None = None):
         self.policy, self.config = policy, config
         self.temperature, self.pad_id, self.token_budget, self.pack = temperature, pad_id, token_budget, pack
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from agentrl.actor.batch import per_sample
+from agentrl.actor.batch import Packing, per_sample
 from agentrl.actor.single import response_logprobs
 from agentrl.components import Component, StepBatch
 from agentrl.registry import KL_ESTIMATORS
@@ -17,7 +17,7 @@ class ReferenceLogprobs(Component):
 
     name = "ref"
 
-    def __init__(self, reference, policy, temperature: float, token_budget: int, pad_id: int, pack: bool = False):
+    def __init__(self, reference, policy, temperature: float, token_budget: int, pad_id: int, pack: Packing | None = None):
         self.reference, self.policy = reference, policy
         self.temperature, self.token_budget, self.pad_id, self.pack = temperature, token_budget, pad_id, pack
 

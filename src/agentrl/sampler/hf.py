@@ -7,7 +7,8 @@ from typing import Iterable
 import torch
 from transformers import DynamicCache
 
-from agentrl.actor.batch import ROW_TOKENS, TrainSample, collate_rows, prefix_rows, row_length, tree_attention, tree_columns
+from agentrl.actor.batch import (ROW_TOKENS, Packing, TrainSample, collate_rows, packed_chunks, tree_attention,
+                                 tree_columns)
 from agentrl.distributed import model_device
 from agentrl.sampler.base import Generation
 
@@ -73,15 +74,16 @@ class HFSampler:
     def _shared_prefill(self, prompts, input_ids, attention):
         """The key-value cache of every prompt but its last token, the prompts packed as prefix
         trees as the update packs step samples (`agentrl.actor.batch`): each leading part they
-        share is computed once. None when they share nothing. `generate` then runs only the last
-        token of each."""
+        share is computed once. None when that is modelled no cheaper than prefilling them apart
+        (`packed_chunks`). `generate` then runs only the last token of each."""
         if min(map(len, prompts)) < 2:
             return None
         width = input_ids.shape[1]
         samples = [TrainSample(p[:-1], [False] * (len(p) - 1)) for p in prompts]
-        rows = prefix_rows(samples, max(ROW_TOKENS, 2 * width))
-        if sum(map(row_length, rows)) == sum(len(s.ids) for s in samples):
+        chunks = packed_chunks(samples, max(ROW_TOKENS, 2 * width), 10**12, Packing.for_model(self.model.config))
+        if chunks is None:
             return None
+        rows = chunks[0]
         device = input_ids.device
         tree = collate_rows(rows, self.pad_id).to(device)
         computed = DynamicCache(config=self.model.config)
