@@ -189,12 +189,18 @@ class Packing:
 def prefix_length(sample: TrainSample) -> int:
     """Tokens before the first trained one (the first token is never trained): the part a packed
     row shares."""
-    return next((t for t in range(1, len(sample.ids)) if sample.mask[t]), len(sample.ids))
+    for t in range(1, len(sample.ids)):
+        if sample.mask[t]:
+            return t
+    return len(sample.ids)
 
 
 def _shared(a: list[int], b: list[int]) -> int:
     """How many leading tokens `a` and `b` have in common."""
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
 
 
 def row_length(row: list[TrainSample]) -> int:
@@ -319,11 +325,16 @@ def packed_chunks(samples: list[TrainSample], max_row: int, token_budget: int, p
     joins when its sharing pays for the longer attention, and the rows that every sample sharing
     a leading token joins (fewer rows, less padding), the layout of least modelled work
     (`work`); None when one row per sample is modelled cheaper still."""
-    layouts = [list(budget_chunks(prefix_rows(samples, max_row, cost), token_budget, length=row_length))
-               for cost in dict.fromkeys((pack.pair_cost, 0.0))]
-    best = min(layouts, key=lambda chunks: work(chunks, row_length, pack.pair_cost))
+    layouts = [prefix_rows(samples, max_row, cost) for cost in dict.fromkeys((pack.pair_cost, 0.0))]
+    lengths = {id(row): row_length(row) for rows in layouts for row in rows}
+
+    def length(row):
+        return lengths[id(row)]
+
+    chunked = [list(budget_chunks(rows, token_budget, length)) for rows in layouts]
+    best = min(chunked, key=lambda chunks: work(chunks, length, pack.pair_cost))
     plain = work(list(budget_chunks(samples, token_budget)), lambda s: len(s.ids), pack.pair_cost)
-    return best if work(best, row_length, pack.pair_cost) < plain else None
+    return best if work(best, length, pack.pair_cost) < plain else None
 
 
 def _chunks(samples: list[TrainSample], token_budget: int, pad_id: int, pack: Packing | None
