@@ -82,10 +82,10 @@ def main() -> None:
     args = parser.parse_args()
     distributed.init_from_env()  # one rank (fsdp2 needs a process group)
     cuda = torch.cuda.is_available()
-    folder = Path(tempfile.mkdtemp()) / "model"
     if args.model:
         folder = Path(args.model)
     else:
+        folder = Path(tempfile.mkdtemp()) / "model"
         make_model(folder, args.shape, args.dtype, args.tokenizer)
     run_dir = Path(tempfile.mkdtemp()) / "run"
     actor = {"backend": args.backend, "activation_checkpointing": args.activation_checkpointing}
