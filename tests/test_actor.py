@@ -1,12 +1,13 @@
 import pytest
 import torch
 
-from agentrl.actor.batch import TrainSample, collate, micro_batches
+from agentrl.actor.batch import Packing, TrainSample, collate, micro_batches
 from agentrl.actor.single import SingleActor, response_logprobs
 from agentrl.config import OptimConfig, SamplingConfig
 from agentrl.losses.policy import PPOClipConfig, SeqRatioConfig, aggregation_weights, ppo_clip, seq_ratio
 from agentrl.models import load_model, load_tokenizer
 from agentrl.registry import KL_ESTIMATORS
+from agentrl.sampler import shared_decode
 from agentrl.sampler.hf import HFSampler
 
 
@@ -191,3 +192,34 @@ def test_shared_prefill_generates_what_separate_prefills_generate(tiny_model_dir
         # prompts' last tokens, then the same new tokens
         assert runs[True] - 2 * a_tree - len(prompts) == runs[False] - len(prompts) * max(map(len, prompts))
     hook.remove()
+
+
+def test_each_distinct_prompt_is_read_once_per_decoding_step(tiny_model_dir):
+    """The decoder keeps each distinct prompt's cache once, met by the queries of all its samples
+    (split in groups of `QUERIES` query heads), and samples what `generate` samples, with its
+    temperature and nucleus warpers, rows ending at different steps: 20 copies of one prompt
+    (three groups at the tiny model's 2 query heads per key head), 3 of another, one alone."""
+    tokenizer, model = load_tokenizer(tiny_model_dir), load_model(tiny_model_dir)
+    a = tokenizer("Task: put a apple in shelf.\nObservation: You arrive at desk 1.").input_ids
+    b = tokenizer("Actions: go to desk 1, look").input_ids
+    prompts = [a] * 12 + [b] * 3 + [a] * 8 + [a[:6]]
+    prefixes = [a[:-1], b[:-1], a[:5]]
+    owner = [0] * 12 + [1] * 3 + [0] * 8 + [2]
+    cache = shared_decode.PrefixCache(model, prefixes, owner, Packing.for_model(model.config), tokenizer.pad_token_id)
+    per = shared_decode.QUERIES // (model.config.num_attention_heads // model.config.num_key_value_heads)
+    assert per == 8 and [len(k) for k in cache.keys] == [3 + 1 + 1] * model.config.num_hidden_layers
+    assert sorted(cache.slot[cache.slot < len(prompts)].tolist()) == list(range(len(prompts)))  # each sample once
+    params = SamplingConfig(temperature=0.7, top_p=0.9, max_new_tokens=16)
+    torch.manual_seed(0)
+    drawn = [t for g in HFSampler(model, tokenizer, False).generate(prompts, params) for t in g.token_ids]
+    out = {}
+    for share in (False, True):
+        sampler = HFSampler(model, tokenizer, share)
+        sampler.eos_id = max(set(drawn), key=drawn.count)  # a common token ends rows at different steps
+        torch.manual_seed(0)
+        out[share] = sampler.generate(prompts, params)
+    assert len({len(g.token_ids) for g in out[True]}) > 3  # rows left the batch at several steps
+    assert len({tuple(g.token_ids) for g in out[True]}) > 3  # copies of a prompt sampled apart
+    for plain, shared in zip(out[False], out[True]):
+        assert shared.token_ids == plain.token_ids
+        torch.testing.assert_close(torch.tensor(shared.logprobs), torch.tensor(plain.logprobs), atol=1e-5, rtol=0)

@@ -5,23 +5,24 @@ from __future__ import annotations
 from typing import Iterable
 
 import torch
-from transformers import DynamicCache
 
-from agentrl.actor.batch import (ROW_TOKENS, Packing, TrainSample, collate_rows, packed_chunks, tree_attention,
-                                 tree_columns)
+from agentrl.actor.batch import Packing
 from agentrl.distributed import model_device
+from agentrl.sampler import shared_decode
 from agentrl.sampler.base import Generation
 
 
 class HFSampler:
     def __init__(self, model, tokenizer, share_prefill: bool = True):
         """`share_prefill`: the prompts of a batch are prefilled as prefix trees, each leading part
-        they share (a group's task, a recurring state) computed once, and the key-value cache
-        gathered for each of their samples; then `generate` continues from it."""
+        they share (a group's task, a recurring state) computed once, and each decoding step reads
+        each distinct prompt's cache once for all its samples (`shared_decode`), for the model
+        families it supports; otherwise, and with `share_prefill` false, `generate` runs them."""
         self.model = model
         self.pad_id = tokenizer.pad_token_id
         self.eos_id = tokenizer.eos_token_id
-        self.share_prefill = share_prefill
+        self.share_prefill = share_prefill and shared_decode.supports(model)
+        self.packing = Packing.for_model(model.config)
 
     def sleep(self) -> None:
         """Nothing to release: the model is the actor's own, or a plain copy."""
@@ -37,33 +38,14 @@ class HFSampler:
     def generate(self, prompts: list[list[int]], params) -> list[Generation]:
         if not prompts:
             return []
-        width = max(map(len, prompts))
-        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)  # (B, L) left-padded
-        attention = torch.zeros_like(input_ids)
-        for row, ids in enumerate(prompts):
-            input_ids[row, width - len(ids):] = torch.tensor(ids)
-            attention[row, width - len(ids):] = 1
-        greedy = params.temperature == 0
         was_training = self.model.training
         self.model.eval()
-        device = model_device(self.model)
-        input_ids, attention = input_ids.to(device), attention.to(device)
-        cache = self._shared_prefill(prompts, input_ids, attention) if self.share_prefill else None
-        out = self.model.generate(
-            input_ids=input_ids, attention_mask=attention, past_key_values=cache, do_sample=not greedy,
-            temperature=None if greedy else params.temperature, top_p=None if greedy else params.top_p,
-            top_k=0 if not greedy else None, max_new_tokens=params.max_new_tokens,
-            eos_token_id=self.eos_id, pad_token_id=self.pad_id,
-            output_logits=True, return_dict_in_generate=True,
-        )
+        if self.share_prefill and min(map(len, prompts)) >= 2:
+            tokens, logprobs = shared_decode.generate(self.model, prompts, params, self.eos_id, self.pad_id,
+                                                         self.packing)
+        else:
+            tokens, logprobs = self._generate(prompts, params)
         self.model.train(was_training)
-        tokens = out.sequences[:, width:]  # (B, T)
-        temperature = 1.0 if greedy else params.temperature
-        # One step at a time: never a (B, T, V) float tensor.
-        logprobs = torch.stack([
-            torch.log_softmax(step.float() / temperature, -1).gather(-1, tokens[:, t:t + 1]).squeeze(-1)
-            for t, step in enumerate(out.logits)
-        ], dim=1)  # (B, T)
         results = []
         for row in range(len(prompts)):
             ids = tokens[row].tolist()
@@ -71,36 +53,28 @@ class HFSampler:
             results.append(Generation(ids[:length], logprobs[row, :length].tolist()))
         return results
 
-    def _shared_prefill(self, prompts, input_ids, attention):
-        """The key-value cache of every prompt but its last token, the prompts packed as prefix
-        trees as the update packs step samples (`agentrl.actor.batch`): each leading part they
-        share is computed once. None when that is modelled no cheaper than prefilling them apart
-        (`packed_chunks`). `generate` then runs only the last token of each."""
-        if min(map(len, prompts)) < 2:
-            return None
-        width = input_ids.shape[1]
-        samples = [TrainSample(p[:-1], [False] * (len(p) - 1)) for p in prompts]
-        chunks = packed_chunks(samples, max(ROW_TOKENS, 2 * width), 10**12, Packing.for_model(self.model.config))
-        if chunks is None:
-            return None
-        rows = chunks[0]
-        device = input_ids.device
-        tree = collate_rows(rows, self.pad_id).to(device)
-        computed = DynamicCache(config=self.model.config)
-        self.model.get_decoder()(input_ids=tree.input_ids, attention_mask=tree_attention(self.model, tree.subtree_end),
-                                 position_ids=tree.position_ids, past_key_values=computed, use_cache=True)
-        # Each prompt's columns of the tree, right-aligned in the left-padded layout of `generate`
-        # (its padding reads column 0 of row 0, which the attention mask hides).
-        found = {id(s): (r, columns) for r, row in enumerate(rows) for s, columns in zip(row, tree_columns(row))}
-        row_of = torch.zeros((len(prompts), width - 1), dtype=torch.long)
-        column_of = torch.zeros_like(row_of)
-        for i, sample in enumerate(samples):
-            r, columns = found[id(sample)]
-            row_of[i, width - 1 - len(columns):] = r
-            column_of[i, width - 1 - len(columns):] = torch.tensor(columns, dtype=torch.long)
-        row_of, column_of = row_of.to(device), column_of.to(device)
-        cache = DynamicCache(config=self.model.config)
-        for index, layer in enumerate(computed.layers):  # keys, values: (rows, heads, columns, head_dim)
-            cache.update(layer.keys[row_of, :, column_of].transpose(1, 2),  # (B, heads, width - 1, head_dim)
-                         layer.values[row_of, :, column_of].transpose(1, 2), index)
-        return cache
+    def _generate(self, prompts: list[list[int]], params) -> tuple[torch.Tensor, torch.Tensor]:
+        """(tokens, their log-probs), each (prompts, steps), from `generate` on the left-padded prompts."""
+        width = max(map(len, prompts))
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)  # (B, L) left-padded
+        attention = torch.zeros_like(input_ids)
+        for row, ids in enumerate(prompts):
+            input_ids[row, width - len(ids):] = torch.tensor(ids)
+            attention[row, width - len(ids):] = 1
+        greedy = params.temperature == 0
+        device = model_device(self.model)
+        out = self.model.generate(
+            input_ids=input_ids.to(device), attention_mask=attention.to(device), do_sample=not greedy,
+            temperature=None if greedy else params.temperature, top_p=None if greedy else params.top_p,
+            top_k=0 if not greedy else None, max_new_tokens=params.max_new_tokens,
+            eos_token_id=self.eos_id, pad_token_id=self.pad_id,
+            output_logits=True, return_dict_in_generate=True,
+        )
+        tokens = out.sequences[:, width:]  # (B, T)
+        temperature = 1.0 if greedy else params.temperature
+        # One step at a time: never a (B, T, V) float tensor.
+        logprobs = torch.stack([
+            torch.log_softmax(step.float() / temperature, -1).gather(-1, tokens[:, t:t + 1]).squeeze(-1)
+            for t, step in enumerate(out.logits)
+        ], dim=1)  # (B, T)
+        return tokens, logprobs
