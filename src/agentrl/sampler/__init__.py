@@ -19,9 +19,11 @@ class HFSamplerConfig(Section):
     type: Literal["hf"] = "hf"
     """What generates the rollouts: hf, or vllm."""
     share_prefill: bool = True
-    """Identical prompts of a generation batch are prefilled once and their key-value cache shared
-    (the same tokens and log-probs up to float summation order). vLLM does this itself (prefix
-    caching, on)."""
+    """The prompts of a generation batch are prefilled as prefix trees (each shared leading part
+    once) and every decoding step reads each distinct prompt's cache once for all its samples
+    (`agentrl.sampler.shared_decode`; Qwen2- and Llama-family models): the tokens and log-probs of
+    `generate` up to float summation order (a few 1e-6). false: `generate` on each prompt. vLLM
+    caches prefixes itself (prefix caching, on)."""
 
 
 class VLLMSamplerConfig(Section):
