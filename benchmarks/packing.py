@@ -139,8 +139,10 @@ def main() -> None:
                     "step_time_ratio": round(row["step_s"] / base["step_s"], 3),
                     "vs_at_issue": round(row["step_s"] / at_issue, 3) if at_issue else "",
                     "baseline": args.baseline or "",
-                    "same_rollout_steps": same("unpacked"), "max_weight_diff": drift("unpacked"),
-                    "same_sampler_rollout_steps": same("same-sampler"), "same_sampler_weight_diff": drift("same-sampler"),
+                    **({"same_rollout_steps": "", "max_weight_diff": ""} if row["mode"] == BASELINE else
+                       {"same_rollout_steps": same("unpacked"), "max_weight_diff": drift("unpacked"),
+                        "same_sampler_rollout_steps": same("same-sampler"),
+                        "same_sampler_weight_diff": drift("same-sampler")}),
                     "device": "cpu",
                     "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
                     "torch": torch.__version__, "commit": commit()})

