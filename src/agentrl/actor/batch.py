@@ -332,7 +332,8 @@ def packed_chunks(samples: list[TrainSample], max_row: int, token_budget: int, p
         return lengths[id(row)]
 
     chunked = [list(budget_chunks(rows, token_budget, length)) for rows in layouts]
-    cost, best = min(((work(chunks, length, pack.pair_cost), chunks) for chunks in chunked), key=lambda pair: pair[0])
+    cost, best = min(((work(chunks, length, pack.pair_cost), chunks) for chunks in chunked),
+                     key=lambda pair: pair[0])
     plain = work(list(budget_chunks(samples, token_budget)), lambda s: len(s.ids), pack.pair_cost)
     return best if cost < plain else None
 

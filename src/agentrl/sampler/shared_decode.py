@@ -87,10 +87,10 @@ class PrefixCache:
         self.keys = [layer.keys[row_of, :, column_of].transpose(1, 2) for layer in computed.layers]  # (groups, kv, width, d)
         self.values = [layer.values[row_of, :, column_of].transpose(1, 2) for layer in computed.layers]
 
-    def attend(self, layer: int, query: torch.Tensor, alive: torch.Tensor, scaling: float):
+    def attend(self, layer: int, query: torch.Tensor, alive: torch.Tensor, mine: torch.Tensor, scaling: float):
         """The queries (alive samples, kv heads, heads per kv head, d) of the samples `alive`
-        against their prefixes: the unnormalised output, the scores' maximum and their
-        exponentials' sum, per query."""
+        (their slots `mine`: `back[alive]`) against their prefixes: the unnormalised output, the
+        scores' maximum and their exponentials' sum, per query."""
         _, kv, per_kv, d = query.shape
         every = query.new_zeros((self.back.numel() + 1, kv, per_kv, d))  # + the padding slots' zero query
         every[alive] = query
@@ -100,7 +100,6 @@ class PrefixCache:
         top = scores.amax(-1, keepdim=True)
         weights = torch.exp(scores - top)
         out = weights.to(query.dtype) @ self.values[layer]  # (groups, kv, per * per_kv, d)
-        mine = self.back[alive]
 
         def per_query(x):
             return x.reshape(groups, kv, per, per_kv, -1).permute(0, 2, 1, 3, 4).reshape(groups * per, kv, per_kv, -1)[mine]
@@ -136,7 +135,7 @@ def generate(model, prompts: list[list[int]], params, eos_id: int, pad_id: int, 
     alive = torch.arange(batch, device=device)  # the rows still sampling: only they are run
     sampled, logprobs = [], []
     for t in range(steps):
-        n = len(alive)
+        n, mine = len(alive), cache.back[alive]
         hidden = decoder.embed_tokens(tokens[alive][:, None])  # (n, 1, hidden)
         rotary = decoder.rotary_emb(hidden, (positions[alive] + t)[:, None])
         for index, layer in enumerate(decoder.layers):
@@ -148,7 +147,7 @@ def generate(model, prompts: list[list[int]], params, eos_id: int, pad_id: int, 
             own_keys[index][alive, :, t] = k[:, :, 0]
             own_values[index][alive, :, t] = attention.v_proj(x).view(n, kv, d)
             query = q.reshape(n, kv, -1, d)  # query heads grouped by the key head they read
-            out, top, total = cache.attend(index, query, alive, attention.scaling)
+            out, top, total = cache.attend(index, query, alive, mine, attention.scaling)
             scores = (query @ own_keys[index][alive, :, :t + 1].transpose(-1, -2)).float() * attention.scaling
             own_top = scores.amax(-1, keepdim=True)
             weights = torch.exp(scores - own_top)
