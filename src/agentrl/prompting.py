@@ -1,7 +1,8 @@
 """Per-step prompts and the response parser.
 
 A step's prompt is built from the state alone: the task, the last `history_length`
-(observation, action) pairs, the current observation and the admissible actions. The response
+(observation, action) pairs, the current observation, the admissible actions and, where the
+environment keeps one, its record of the episode (`{memory}`). The response
 is `<think>...</think><action>...</action>`; the action is the first `<action>` tag's text,
 lower-cased with white space folded. RLVMR's meta-reasoning tags (`<planning>`, `<explore>`,
 `<reflection>`, `<monitor>`) count as the reasoning block in place of `<think>`.
@@ -29,7 +30,7 @@ DEFAULT_TEMPLATE = (
     "Think briefly inside <think> </think>, then give one admissible action inside "
     "<action> </action>."
 )
-TEMPLATE_FIELDS = ("task", "step", "history", "observation", "actions")
+TEMPLATE_FIELDS = ("task", "step", "history", "observation", "actions", "memory")
 META_TAGS = ("planning", "explore", "reflection", "monitor")
 REASONING_TAGS = ("think", *META_TAGS)
 
@@ -45,7 +46,7 @@ def render_prompt(template: str, obs: Observation, history: list[HistoryEntry], 
     recent = history[-history_length:] if history_length > 0 else []
     lines = [f"Observation: {h.observation}\nAction: {h.action}" for h in recent]
     return template.format(task=obs.task, step=step, history="\n".join(lines) or "(none)",
-                           observation=obs.text,
+                           observation=obs.text, memory=obs.memory or "(none)",
                            actions=obs.actions_text or ", ".join(obs.admissible_actions))
 
 

@@ -27,6 +27,9 @@ class Observation:
     actions_text: str | None = None
     """How a prompt lists the admissible actions, where a flat list would not fit (ScienceWorld);
     None: the comma-joined `admissible_actions`."""
+    memory: str | None = None
+    """The environment's compact record of the episode so far (where the agent has been, what it
+    has seen), for the prompt's {memory} field; None where the environment keeps none."""
 
 
 @dataclass

@@ -18,7 +18,9 @@ from pydantic import Field
 
 from agentrl.config import Section
 from agentrl.envs.alfworld import speedups
-from agentrl.envs.alfworld.games import L2_TYPES, TASK_TYPES, eval_order, game_file, list_games, resolve_data, task_type
+from agentrl.envs.alfworld.games import (L2_TYPES, TASK_TYPES, eval_order, game_file, game_params, list_games,
+                                         resolve_data, task_type)
+from agentrl.envs.alfworld.observer import Goal, Notebook, observer_action, search_order
 from agentrl.envs.base import NoExpertMove, Observation, StepResult
 from agentrl.registry import ENVIRONMENTS
 
@@ -37,8 +39,13 @@ class AlfWorldEnvConfig(Section):
     train_task_types: list[str] | None = None
     """Task types of the train split (None: all six). For the L2 protocol, the four types other
     than pick_cool_then_place_in_recep and pick_two_obj_and_place."""
-    expert: Literal["planner", "handcoded"] = "planner"
-    """Expert for SFT data: the PDDL planner (exact) or ALFWorld's hand-coded agent (fails some)."""
+    expert: Literal["planner", "handcoded", "observer"] = "planner"
+    """Expert for SFT data: the PDDL planner (exact, knows where everything is), ALFWorld's
+    hand-coded agent (fails some), or the observer (acts only on what the episode has shown:
+    `agentrl.envs.alfworld.observer`; it can label any state a policy reaches, for DAgger)."""
+    memory: bool = False
+    """Give each observation the episode's notebook (receptacles not yet visited, where the
+    task's objects were seen, what is held), for the prompt's {memory} field."""
 
 
 SUCCESS_REWARD = 10.0
@@ -65,7 +72,7 @@ def expert_thought(action: str) -> str:
 @ENVIRONMENTS.register("alfworld", AlfWorldEnvConfig)
 class AlfWorldEnv:
     def __init__(self, data: str | None = None, max_steps: int = 50,
-                 train_task_types: list[str] | None = None, expert: str = "planner"):
+                 train_task_types: list[str] | None = None, expert: str = "planner", memory: bool = False):
         import textworld
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert
         from textworld.envs import PddlEnv
@@ -77,9 +84,9 @@ class AlfWorldEnv:
         unknown = set(self.train_types) - set(TASK_TYPES)
         if unknown:
             raise ValueError(f"unknown ALFWorld task types {sorted(unknown)}; valid: {list(TASK_TYPES)}")
-        if expert not in ("planner", "handcoded"):
-            raise ValueError(f"unknown ALFWorld expert {expert!r}; choose planner or handcoded")
-        self.expert = expert
+        if expert not in ("planner", "handcoded", "observer"):
+            raise ValueError(f"unknown ALFWorld expert {expert!r}; choose planner, handcoded or observer")
+        self.expert, self.memory = expert, memory
         self._pddl = PddlEnv(textworld.EnvInfos(won=True, admissible_commands=True))
         self._env = AlfredDemangler(self._pddl, shuffle=False)
         if expert == "handcoded":
@@ -106,6 +113,7 @@ class AlfWorldEnv:
         self.game_id, self.steps, self._plan = task_id, 0, []
         self.state = self._env.reset()
         text, self.task = split_intro(self.state.feedback)
+        self.notebook = Notebook.start(self.task, text)
         return self._observation(text)
 
     def step(self, action: str | None) -> StepResult:
@@ -119,6 +127,7 @@ class AlfWorldEnv:
         else:
             self.state, _, _ = self._env.step(action)
             text = self.state.feedback.strip()
+        self.notebook.record(action, text, self.state.admissible_commands)
         success = bool(self.state["won"])
         done = success or self.steps >= self.max_steps
         return StepResult(self._observation(text), SUCCESS_REWARD if success else 0.0, done, success,
@@ -130,7 +139,8 @@ class AlfWorldEnv:
     def _observation(self, text: str) -> Observation:
         actions = [a for a in self.state.admissible_commands if a != "help"]
         return Observation(text=text, task=self.task, admissible_actions=actions, anchor=text,
-                           info={"task_type": task_type(self.game_id)})
+                           info={"task_type": task_type(self.game_id)},
+                           memory=self.notebook.text() if self.memory else None)
 
     # --- expert --------------------------------------------------------------------------------
     def _progress(self, action: str | None, admissible: bool) -> bool | None:
@@ -143,6 +153,12 @@ class AlfWorldEnv:
         return False if action.split(" ", 1)[0] in USELESS_VERBS else None
 
     def expert_action(self) -> tuple[str, str]:
+        if self.expert == "observer":
+            goal = Goal.from_params(task_type(self.game_id), game_params(self.root, self.game_id))
+            action = observer_action(self.notebook, goal, self.state.admissible_commands, search_order(self.root))
+            if action is None or action not in self.state.admissible_commands:
+                raise NoExpertMove(f"ALFWorld game {self.game_id}: the observer has no move from here")
+            return expert_thought(action), action
         if self.expert == "handcoded":
             plan = self.state.get("extra.expert_plan") or []
         else:

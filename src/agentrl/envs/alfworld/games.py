@@ -94,6 +94,11 @@ def task_type(game_id: str) -> str:
     return kind
 
 
+def game_params(root: Path, game_id: str) -> dict:
+    """The game's `pddl_params` (object_target, parent_target, toggle_target, ...)."""
+    return json.loads((root / "json_2.1.1" / game_id / "traj_data.json").read_text())["pddl_params"]
+
+
 def game_file(root: Path, game_id: str) -> Path:
     """The game's `game.tw-pddl`, built from its PDDL problem and trajectory data if missing."""
     folder = root / "json_2.1.1" / game_id
