@@ -98,7 +98,7 @@ vllm-env: $(VLLM_STAMP)
 # every seed (`agentrl data` remakes it only when a setting it depends on changes), then the SFT-vs-RL comparison over the seeds run so
 # far and the per-task-type table. One seed: within an hour on 2 cores.
 SEED ?= 0
-EXPERT_EPISODES_alfworld := 200
+EXPERT_EPISODES_alfworld := 1000
 EXPERT_EPISODES_scienceworld := 400
 EXPERT_SET_scienceworld := --set env.gold_path=true
 runs/%-cpu/expert.jsonl: FORCE | $(STAMP)

@@ -110,3 +110,61 @@ def test_missing_or_corrupt_game_names_the_file(alfworld_data, tmp_path, monkeyp
     bad.write_bytes(b"not an archive")
     with pytest.raises(ValueError, match="cannot unpack"):
         resolve_data(str(bad))
+
+
+@pytest.fixture(scope="module")
+def observer(alfworld_data):
+    env = AlfWorldEnv(data=alfworld_data, max_steps=30, expert="observer", memory=True)
+    yield env
+    env.close()
+
+
+def test_observer_expert_solves_unseen_games_within_30_steps(observer):
+    games = random.Random(1).sample(observer.split_tasks("l1"), 12)
+    solved = sum(play_expert(observer, g) for g in games)
+    assert solved >= 11, f"observer solved {solved}/{len(games)}"
+
+
+def test_observer_searches_the_same_way_wherever_the_object_lies(observer):
+    """Trials of one task in one room differ only in where things lie: the observer's moves are
+    the same until it first sees the object (the planner walks straight to it: its first moves
+    differ), and every object it takes was in sight before."""
+    trials = [g for g in observer.split_tasks("train") if "/pick_and_place_simple-AlarmClock-None-Desk-318/" in g]
+    searches = []
+    for game in trials[:3]:
+        obs, moves = observer.reset(game), []
+        for _ in range(observer.max_steps):
+            move = observer.expert_action()[1]
+            if move.startswith("take "):
+                assert move in obs.admissible_actions and move.split(" from ")[0][5:] in obs.memory
+                break
+            moves.append(move)
+            obs = observer.step(move).observation
+        searches.append(moves)
+    shortest = min(len(m) for m in searches)
+    assert shortest >= 1 and all(m[:shortest] == searches[0][:shortest] for m in searches)
+    assert len({tuple(m) for m in searches}) > 1, "the trials should need searches of different lengths"
+
+
+def test_notebook_records_what_the_episode_showed(observer):
+    game = next(g for g in observer.split_tasks("l1") if "pick_clean_then_place" in g)
+    obs = observer.reset(game)
+    assert obs.memory.startswith("At: the middle of the room. Not visited: ")
+    receptacles = obs.memory.split("Not visited: ")[1].split(". Seen:")[0].split(", ")
+    assert sorted(receptacles) == sorted(a[len("go to "):] for a in obs.admissible_actions if a.startswith("go to "))
+    first = f"go to {receptacles[0]}"
+    obs = observer.step(first).observation
+    assert obs.memory.startswith(f"At: {receptacles[0]}.") and f" {receptacles[0]}," not in obs.memory.split("Seen:")[0]
+    while True:
+        move = observer.expert_action()[1]
+        obs = observer.step(move).observation
+        if move.startswith("take "):
+            held = move[len("take "):].split(" from ")[0]
+            assert obs.memory.endswith(f"Holding: {held}.")
+        if move.startswith("clean "):
+            assert obs.memory.endswith(f"Holding: {held} (cleaned).")
+            break
+    assert observer.reset(game).memory.endswith("Holding: nothing.")
+    plain = AlfWorldEnv(data=observer.root)
+    assert plain.reset(game).memory is None
+    plain.close()

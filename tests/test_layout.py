@@ -50,7 +50,7 @@ def test_the_graph_sees_a_circle_when_there_is_one():
 LAYERS = [  # top to bottom: a module imports only from its own layer or the ones below it
     ("commands", ["cli", "compare", "plot", "serve", "plan"]),
     ("pipeline", ["pipeline"]),
-    ("trainer", ["trainer", "sft", "evaluate", "checkpoint", "tracking", "provenance"]),
+    ("trainer", ["trainer", "sft", "dagger", "evaluate", "checkpoint", "tracking", "provenance"]),
     ("methods", ["advantages", "losses", "components", "critic", "gcd", "analysis"]),
     ("actors, samplers, environments", ["actor", "sampler", "envs", "models", "data", "rollout.collect", "kernels"]),
     ("config, registry, records", ["config", "recipe", "registry", "rollout", "prompting", "files", "errors",

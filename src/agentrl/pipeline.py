@@ -157,6 +157,77 @@ def sft(config: Config, model_path: str, data: str | Path, out: str | Path, log_
     return out
 
 
+def sft_phase(config: Config, model_path: str, data: str | Path, out: str | Path, settings: dict,
+              seconds: dict[str, float]) -> None:
+    """SFT on the expert `data`, then the DAgger rounds `sft.dagger` asks for (`agentrl.dagger`);
+    the final model in `out`. Each round's labels, aggregate and model are kept in
+    <out's folder>/dagger with the settings they were made with, so a rerun continues after the
+    last complete one."""
+    out = Path(out)
+    dagger = config.sft.dagger
+    if dagger is None:
+        sft(config, model_path, data, out, out.parent / "logs", settings)
+        return
+    work = out.parent / "dagger"
+    current, sources = work / "model0", [Path(data)]
+    cloning = {key: value for key, value in settings.items() if not key.startswith("sft.dagger.")}
+    step = distributed.on_main(lambda: _dagger_step(work, "sft 0", cloning, current))
+    if step["train"]:  # behaviour cloning, the same whatever the rounds after it
+        sft(config, model_path, data, current, out.parent / "logs", cloning)
+        distributed.on_main(lambda: _phases(work).complete("sft 0", cloning))
+    round_config = config.model_copy(update={"sft": config.sft.model_copy(update={"epochs": dagger.epochs})})
+    for number in range(1, dagger.rounds + 1):
+        labels, aggregate, trained = work / f"labels{number}.jsonl", work / f"aggregate{number}.jsonl", work / f"model{number}"
+        with timed(seconds, "dagger"):
+            played = distributed.on_main(lambda: _dagger_labels(config, current, number, labels, settings))
+        sources.append(labels)
+        round_settings = {**settings, "dagger.round": number, "dagger.labels": played}
+        step = distributed.on_main(lambda: _dagger_step(work, f"sft {number}", round_settings, trained, sources, aggregate))
+        if step["train"]:
+            with timed(seconds, "dagger"):
+                sft(round_config, str(current), aggregate, trained, work / f"logs{number}", round_settings)
+            distributed.on_main(lambda: _phases(work).complete(f"sft {number}", round_settings))
+        current = trained
+    if distributed.is_main():
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(current, tmp)
+        _replace(tmp, out)
+    distributed.barrier()
+
+
+def _dagger_labels(config: Config, model_path: Path, number: int, out: Path, settings: dict) -> str:
+    """Round `number`'s labelled states in `out`, played by `model_path` (reused when made with the
+    same settings from the same model); the labels' fingerprint."""
+    from agentrl.dagger import dagger_data
+
+    phases = _phases(out.parent)
+    label_settings = {**settings, "dagger.round": number, "dagger.model": folder_fingerprint(model_path)}
+    if not phases.reusable(f"labels {number}", label_settings, out.is_file()):
+        torch.manual_seed(config.seed * 1000 + number)
+        with EnvPool(config.env, config.rl.env_pool if config.rl else None) as pool:
+            tokenizer = load_tokenizer(model_path)
+            sampler = HFSampler(load_model(model_path, config.model.dtype), tokenizer)
+            stats = dagger_data(pool, sampler, tokenizer, config, number, out)
+        console.print(f"[bold]dagger[/] round {number}: {stats}", soft_wrap=True)
+        with (out.parent / "rounds.jsonl").open("a") as f:
+            f.write(json.dumps({"round": number, **vars(stats)}) + "\n")
+        phases.complete(f"labels {number}", label_settings)
+    return _file_fingerprint(out)
+
+
+def _dagger_step(work: Path, name: str, settings: dict, model: Path, sources: list[Path] = (),
+                 aggregate: Path | None = None) -> dict:
+    """Whether the round's SFT must run (its model is missing or was made with other settings);
+    when it must, its aggregate dataset is written first (the sources, concatenated)."""
+    work.mkdir(parents=True, exist_ok=True)
+    if _phases(work).reusable(name, settings, (model / "config.json").exists()):
+        return {"train": False}
+    if aggregate is not None:
+        write_atomic(aggregate, "".join(source.read_text() for source in sources))
+    return {"train": True}
+
+
 def _sft_resume_point(tmp: Path, settings: dict) -> tuple[str, int] | None:
     """(checkpoint, step) of a stopped SFT in `tmp` made with `settings`; otherwise None, and
     `tmp` emptied (a leftover of other settings is never continued)."""
@@ -210,9 +281,9 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
         check_launch(config.sft.actor, "sft.actor", world)
     plan = distributed.on_main(lambda: _until_sft(config, restart))
     if plan["train_sft"]:
-        with timed(plan["seconds"], "sft"):
-            sft(config, plan["model_path"], plan["sft_data"], plan["sft_out"], Path(plan["sft_out"]).parent / "logs",
-                plan["sft_settings"])
+        with timed(plan["seconds"], "sft"):  # with its DAgger rounds
+            sft_phase(config, plan["model_path"], plan["sft_data"], plan["sft_out"], plan["sft_settings"],
+                      plan["seconds"])
     plan = distributed.on_main(lambda: _until_rl(config, plan))
     results, seconds = plan["results"], plan["seconds"]
     if plan["train_rl"]:

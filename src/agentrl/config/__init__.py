@@ -24,6 +24,7 @@ from agentrl.config.rl import (
 )
 from agentrl.config.sections import (
     ConfigError,
+    DaggerConfig,
     EvalConfig,
     ModelConfig,
     OptimConfig,
@@ -35,7 +36,7 @@ from agentrl.config.sections import (
 )
 from agentrl.registry import ACTORS, ENVIRONMENTS
 
-__all__ = ["Config", "ConfigError", "EnvPoolConfig", "EvalConfig", "ModelConfig", "NTHRConfig", "OptimConfig",
+__all__ = ["Config", "ConfigError", "DaggerConfig", "EnvPoolConfig", "EvalConfig", "ModelConfig", "NTHRConfig", "OptimConfig",
            "PromptConfig", "RLConfig", "RaySectionConfig", "RolloutConfig", "SFTConfig", "SamplingConfig",
            "Section", "TinyModelConfig"]
 

@@ -96,6 +96,21 @@ class OptimConfig(Section):
     """Optimiser steps of linear learning-rate warmup."""
 
 
+class DaggerConfig(Section):
+    """DAgger after SFT (`agentrl.dagger`): rounds of the policy playing train episodes, the
+    environment's expert labelling every state it reached, and SFT on the aggregate."""
+
+    rounds: int = Field(3, ge=1)
+    """Rounds of play, label, train."""
+    episodes: int = Field(200, ge=1)
+    """Train episodes the policy plays per round (sampled as at evaluation: `eval.sampling`)."""
+    expert_share: tuple[Annotated[float, Field(ge=0, le=1)], Annotated[float, Field(ge=0, le=1)]] = (0.5, 0.0)
+    """Share of executed moves that are the expert's, in the first and the last round (linear in
+    between; the policy's own move otherwise)."""
+    epochs: int = Field(1, ge=1)
+    """SFT passes over the aggregate (expert data and every round's labels so far) per round."""
+
+
 class SFTConfig(Section):
     episodes: int = Field(400, ge=1)
     """Expert episodes collected on the train split."""
@@ -129,6 +144,9 @@ class SFTConfig(Section):
     """The actor backend, by `backend` (single, fsdp2, zero2, zero3; LoRA with any), as in RL.
     None: RL's (`rl.actor`), or single without an RL phase. With LoRA the SFT output is the
     merged model."""
+    dagger: DaggerConfig | None = None
+    """DAgger rounds after SFT on the expert data (None: behaviour cloning only); each round's
+    data and model are kept in <run_dir>/sft/dagger and reused when rerun with the same settings."""
     save_every: int = Field(0, ge=0)
     """Checkpoint every N optimiser steps (0: at the end of each epoch). A stopped SFT resumes
     from its last checkpoint when rerun with the same settings; the checkpoints are removed once

@@ -33,7 +33,7 @@ from collections import deque
 
 from agentrl.config import ConfigError, EnvPoolConfig
 from agentrl.envs import make_env
-from agentrl.envs.base import Observation, StepResult
+from agentrl.envs.base import NoExpertMove, Observation, StepResult
 from agentrl.errors import RunError
 
 START_FAILURES = 3
@@ -58,7 +58,8 @@ class EnvServer:
             if command == "reset" and slot not in self.envs:
                 self.envs[slot] = make_env(self.config)
             env = self.envs[slot]
-            answers[slot] = env.reset(arg) if command == "reset" else env.step(arg)
+            answers[slot] = (env.reset(arg) if command == "reset" else env.step(arg) if command == "step"
+                             else expert_move(env))
         return answers
 
     def call(self, command: str, requests: dict) -> tuple[str, object]:
@@ -72,6 +73,14 @@ class EnvServer:
         for env in self.envs.values():
             env.close()
         self.envs = {}
+
+
+def expert_move(env) -> tuple[str, str] | None:
+    """The environment's expert's (thought, action) from the current state; None when it has none."""
+    try:
+        return env.expert_action()
+    except NoExpertMove:
+        return None
 
 
 def _serve(conn, env_config) -> None:
@@ -220,7 +229,7 @@ class EnvPool:
         self.local = make_env(env_config)
         """In-process instance: task lists, task types, and the environments when workers=0."""
         self.workers = pool.workers
-        self.timeouts = {"reset": pool.reset_timeout_s, "step": pool.step_timeout_s}
+        self.timeouts = {"reset": pool.reset_timeout_s, "step": pool.step_timeout_s, "expert": pool.step_timeout_s}
         self.faults: list[str] = []
         """One line per worker replaced so far (crashed, hung, or died while idle)."""
         self._server = EnvServer(env_config) if not pool.workers else None
@@ -253,7 +262,7 @@ class EnvPool:
 
     # --- asynchronous requests ---------------------------------------------------------------------
     def submit(self, command: str, requests: dict) -> None:
-        """Send `command` ("reset": task ids, "step": actions) for each slot of `requests`; the
+        """Send `command` ("reset": task ids, "step": actions, "expert": None) for each slot of `requests`; the
         answers come from `receive`. In-process (workers=0) the environments run here and now."""
         if self.transport is None:
             status, payload = self._server.call(command, requests)
@@ -268,7 +277,7 @@ class EnvPool:
             died = self.transport.dead(worker) if not self._queue[worker] else None
             if died:  # it died while idle: replaced before it gets work
                 self._replace(worker, f"exited while idle ({died})")
-                if command == "step":  # its episodes in flight died with it
+                if command != "reset":  # its episodes in flight died with it
                     self._arrived.update({slot: None for slot in share})
                     continue
             if not self._queue[worker]:
@@ -352,6 +361,11 @@ class EnvPool:
     def step(self, actions: dict[int, str | None]) -> dict[int, StepResult | None]:
         """Step results; None for a slot whose worker failed (the episode is aborted)."""
         return self._call("step", actions)
+
+    def expert(self, slots: list[int]) -> dict[int, tuple[str, str] | None]:
+        """The expert's (thought, action) in each slot's current state (DAgger's labels); None
+        where it has no move or the slot's worker failed."""
+        return self._call("expert", dict.fromkeys(slots))
 
     def close(self) -> None:
         if self.local is None:

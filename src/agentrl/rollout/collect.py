@@ -25,7 +25,7 @@ from agentrl.rollout.types import StepSample, Trajectory
 
 
 @dataclass
-class _Episode:
+class Episode:
     slot: int
     trajectory: Trajectory
     observation: object = None
@@ -40,13 +40,13 @@ def encode_prompt(tokenizer, text: str) -> list[int]:
     return tokenizer(chat, add_special_tokens=False).input_ids
 
 
-class _Rules:
+class EpisodeRules:
     """How one episode advances: its next prompt, its action from a generation, an env answer."""
 
     def __init__(self, tokenizer, prompt, hint: str, max_steps: int):
         self.tokenizer, self.prompt, self.hint, self.max_steps = tokenizer, prompt, hint, max_steps
 
-    def ask(self, e: _Episode) -> list[int]:
+    def ask(self, e: Episode) -> list[int]:
         """Render the episode's next prompt (kept on the episode); its token ids."""
         text = render_prompt(self.prompt.template, e.observation, e.history, len(e.trajectory.steps),
                              self.prompt.history_length)
@@ -54,7 +54,7 @@ class _Rules:
         e.prompt_ids = encode_prompt(self.tokenizer, e.prompt_text)
         return e.prompt_ids
 
-    def act(self, e: _Episode, gen) -> str | None:
+    def act(self, e: Episode, gen) -> str | None:
         """Record the generation as the episode's next step; the action it names (None: none)."""
         response = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         action = parse_action(response, self.prompt.require_think)
@@ -64,13 +64,13 @@ class _Rules:
             penalty=0.0 if action is not None else self.prompt.invalid_penalty, prompt=e.prompt_text))
         return action
 
-    def started(self, e: _Episode, observation) -> bool:
+    def started(self, e: Episode, observation) -> bool:
         """Apply a reset's answer; whether the episode goes on."""
         e.observation = observation
         e.trajectory.aborted = observation is None
         return not e.trajectory.aborted
 
-    def stepped(self, e: _Episode, result) -> bool:
+    def stepped(self, e: Episode, result) -> bool:
         """Apply a step's answer (None: the worker failed); whether the episode goes on."""
         if result is None:
             e.trajectory.aborted = True
@@ -103,8 +103,8 @@ def collect(pool, sampler, tokenizer, tasks: list[str], group_size: int, prompt,
         for _ in range(group_size):
             traj = Trajectory(task_id=task_id, group_id=first_group_id + t,
                               task_type=pool.local.task_type(task_id))
-            episodes.append(_Episode(slot=len(episodes), trajectory=traj))
-    rules = _Rules(tokenizer, prompt, hint, pool.max_steps)
+            episodes.append(Episode(slot=len(episodes), trajectory=traj))
+    rules = EpisodeRules(tokenizer, prompt, hint, pool.max_steps)
     play = _lockstep if mode == "lockstep" else _async
     play(pool, sampler, rules, episodes, sampling, timing, finished or (lambda n: None), batch_window_s)
     return [e.trajectory for e in episodes]
@@ -135,7 +135,7 @@ def _async(pool, sampler, rules, episodes, sampling, timing, finished, batch_win
     streaming = hasattr(sampler, "start") and hasattr(sampler, "advance")
     pool.submit("reset", {e.slot: e.trajectory.task_id for e in episodes})
     in_env = set(by_slot)  # waiting for their environment
-    ready: list[_Episode] = []  # waiting for the sampler (not yet handed to a streaming one)
+    ready: list[Episode] = []  # waiting for the sampler (not yet handed to a streaming one)
     generating = 0  # handed to a streaming sampler, not yet back
     first_ready = 0.0
     while in_env or ready or generating:

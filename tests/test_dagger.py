@@ -1,0 +1,68 @@
+"""DAgger: the policy plays, the environment's expert labels every state it reached."""
+
+import random
+
+from conftest import COMPACT
+
+from agentrl.config import DaggerConfig, EnvPoolConfig, PromptConfig, SamplingConfig
+from agentrl.dagger import expert_share, play_labelled
+from agentrl.data import expert_episode
+from agentrl.envs import make_env
+from agentrl.envs.base import NoExpertMove
+from agentrl.envs.household.env import HouseholdEnvConfig
+from agentrl.envs.pool import EnvPool
+from agentrl.models import load_model, load_tokenizer
+from agentrl.prompting import parse_action
+from agentrl.sampler.hf import HFSampler
+
+PROMPT = PromptConfig(template=COMPACT, history_length=1)
+
+
+def play(model_dir, tasks, share, workers=0):
+    tokenizer = load_tokenizer(model_dir)
+    sampler = HFSampler(load_model(model_dir), tokenizer)
+    with EnvPool(HouseholdEnvConfig(), EnvPoolConfig(workers=workers)) as pool:
+        return play_labelled(pool, sampler, tokenizer, tasks, PROMPT, SamplingConfig(temperature=1.0), share,
+                             random.Random(0))
+
+
+def test_with_every_move_the_experts_dagger_is_the_expert_data(tiny_model_dir):
+    """Expert share 1: the policy's moves are never executed, so the labelled states are the
+    expert's own episodes, example for example, whatever the random-init policy said."""
+    env = make_env(HouseholdEnvConfig())
+    tasks = env.split_tasks("train")[:6]
+    played = play(tiny_model_dir, tasks, share=1.0)
+    stats = played.stats()
+    assert stats.success == 1.0 and stats.episodes == 6 and stats.policy_agreement < 0.5
+    expert = [example for task in tasks for example in expert_episode(env, task, PROMPT)]
+    ordered = sorted(played.examples, key=lambda e: tasks.index(e["task_id"]))  # stable within a task
+    assert [e["messages"] for e in ordered] == [e["messages"] for e in expert]
+
+
+def test_the_policys_states_are_labelled_with_the_experts_move_from_there(tiny_model_dir):
+    """Expert share 0: the random-init policy wanders; each label is the expert's move from the
+    state the executed moves led to (replayed in a fresh environment), in workers as in-process."""
+    env = make_env(HouseholdEnvConfig())
+    tasks = env.split_tasks("train")[:4]
+    played = play(tiny_model_dir, tasks, share=0.0, workers=2)
+    assert played.stats().success == 0.0 and len(played.examples) >= 20
+    for trajectory in played.trajectories:
+        expected = []
+        env.reset(trajectory.task_id)
+        for step in trajectory.steps:
+            try:
+                expected.append(env.expert_action()[1])
+            except NoExpertMove:
+                pass
+            env.step(step.action)
+        labels = [parse_action(e["messages"][1]["content"]) for e in played.examples
+                  if e["task_id"] == trajectory.task_id]
+        assert labels == expected and len(labels) >= 5
+        assert [e["messages"][0]["content"] for e in played.examples if e["task_id"] == trajectory.task_id] == \
+            [s.prompt for s in trajectory.steps][:len(labels)]
+
+
+def test_expert_share_is_annealed_linearly_over_the_rounds():
+    dagger = DaggerConfig(rounds=5, expert_share=(1.0, 0.0))
+    assert [expert_share(dagger, r) for r in range(1, 6)] == [1.0, 0.75, 0.5, 0.25, 0.0]
+    assert expert_share(DaggerConfig(rounds=1, expert_share=(0.3, 0.0)), 1) == 0.3
