@@ -5,6 +5,7 @@ import random
 import pytest
 
 from agentrl.envs.alfworld import AlfWorldEnv, speedups
+from agentrl.envs.alfworld.env import group_actions
 from agentrl.envs.alfworld.games import L2_TYPES, TASK_TYPES, game_file, resolve_data, task_type
 
 
@@ -114,7 +115,7 @@ def test_missing_or_corrupt_game_names_the_file(alfworld_data, tmp_path, monkeyp
 
 @pytest.fixture(scope="module")
 def observer(alfworld_data):
-    env = AlfWorldEnv(data=alfworld_data, max_steps=30, expert="observer", memory=True)
+    env = AlfWorldEnv(data=alfworld_data, max_steps=30, expert="observer", memory=True, grouped_actions=True)
     yield env
     env.close()
 
@@ -149,6 +150,7 @@ def test_observer_searches_the_same_way_wherever_the_object_lies(observer):
 def test_notebook_records_what_the_episode_showed(observer):
     game = next(g for g in observer.split_tasks("l1") if "pick_clean_then_place" in g)
     obs = observer.reset(game)
+    assert obs.actions_text == group_actions(obs.admissible_actions) and obs.actions_text.startswith("go to: ")
     assert obs.memory.startswith("At: the middle of the room. Not visited: ")
     receptacles = obs.memory.split("Not visited: ")[1].split(". Seen:")[0].split(", ")
     assert sorted(receptacles) == sorted(a[len("go to "):] for a in obs.admissible_actions if a.startswith("go to "))
@@ -166,5 +168,33 @@ def test_notebook_records_what_the_episode_showed(observer):
             break
     assert observer.reset(game).memory.endswith("Holding: nothing.")
     plain = AlfWorldEnv(data=observer.root)
-    assert plain.reset(game).memory is None
+    assert plain.reset(game).memory is None and plain.reset(game).actions_text is None
     plain.close()
+
+
+def test_observer_searches_where_the_train_games_put_the_object_first(observer):
+    """The search order is counted from the train split's initial states: pillows lie on beds
+    and sofas, not in drawers; each search starts at the room's most likely receptacle kind."""
+    from agentrl.envs.alfworld.observer import kind_of, search_order
+
+    order = search_order(observer.root)
+    assert set(order["pillow"][:2]) <= {"bed", "sofa", "armchair"} and "drawer" not in order["pillow"][:3]
+    games = [g for g in observer.split_tasks("l0") if "pick_and_place_simple" in g][:4]
+    for game in games:
+        obs = observer.reset(game)
+        target = game.split("/")[1].split("-")[1].lower()
+        kinds = {a[len("go to "):].rsplit(" ", 1)[0] for a in obs.admissible_actions if a.startswith("go to ")}
+        best = min(kinds, key=lambda k: order[target].index(k) if k in order[target] else len(order[target]))
+        assert kind_of(observer.expert_action()[1][len("go to "):]) == best
+
+
+def test_observer_searches_a_receptacle_that_shares_the_spot_from_there(observer):
+    """Stoveburners 1 and 2 share a spot: from burner 1 the engine offers no `go to stoveburner 2`
+    but the pot on it can be taken; the notebook counts burner 2 as searched."""
+    assert play_expert(observer, "train/pick_clean_then_place_in_recep-Pot-None-StoveBurner-26/"
+                                 "trial_T20190907_210713_391992")
+
+
+def test_grouped_actions_say_each_verb_once():
+    actions = ["go to bed 1", "go to desk 1", "open drawer 1", "take pen 1 from desk 1", "examine desk 1", "look"]
+    assert group_actions(actions) == "go to: bed 1, desk 1; open: drawer 1; examine: desk 1; take pen 1 from desk 1; look"

@@ -66,3 +66,31 @@ def test_expert_share_is_annealed_linearly_over_the_rounds():
     dagger = DaggerConfig(rounds=5, expert_share=(1.0, 0.0))
     assert [expert_share(dagger, r) for r in range(1, 6)] == [1.0, 0.75, 0.5, 0.25, 0.0]
     assert expert_share(DaggerConfig(rounds=1, expert_share=(0.3, 0.0)), 1) == 0.3
+
+
+def test_pipeline_rounds_aggregate_every_label_and_are_reused(tmp_path, capsys):
+    """`agentrl run` with sft.dagger: each round trains on the expert data and every round's
+    labels so far; a rerun reuses every round, and other DAgger settings reuse the cloning."""
+    from pathlib import Path
+
+    from agentrl.pipeline import run_pipeline
+    from agentrl.recipe import load_config
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "demo.yaml"
+    overrides = [f"run_dir={tmp_path / 'run'}", f"model.path={tmp_path / 'init'}", "sft.episodes=30", "sft.epochs=1",
+                 "rl.steps=0", "eval.episodes=4", "eval.initial=false", "init.corpus_episodes=20"]
+    run_pipeline(load_config(recipe, [*overrides, "sft.dagger={rounds: 2, episodes: 6}"]))
+    work = tmp_path / "run" / "sft" / "dagger"
+    lines = [len((p).read_text().splitlines()) for p in
+             (tmp_path / "run" / "sft" / "data.jsonl", work / "labels1.jsonl", work / "labels2.jsonl")]
+    assert min(lines) > 0
+    assert (work / "aggregate2.jsonl").read_text() == "".join(
+        p.read_text() for p in (tmp_path / "run" / "sft" / "data.jsonl", work / "labels1.jsonl", work / "labels2.jsonl"))
+    final = (tmp_path / "run" / "sft" / "model" / "model.safetensors").read_bytes()
+    assert final == (work / "model2" / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    run_pipeline(load_config(recipe, [*overrides, "sft.dagger={rounds: 2, episodes: 6}"]))
+    assert "running" not in capsys.readouterr().out
+    run_pipeline(load_config(recipe, [*overrides, "sft.dagger={rounds: 1, episodes: 6}"]))
+    said = capsys.readouterr().out
+    assert "sft 0: done earlier" in said and "labels 1: settings changed" in said

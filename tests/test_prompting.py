@@ -84,3 +84,16 @@ def test_meta_reasoning_tags_count_as_the_reasoning_block():
     assert reasoning_tag("<action>c</action><explore>late</explore>") is None
     assert reasoning_tag("<explore>never closed<action>c</action></explore>") is None
     assert format_response("t", "look", "monitor") == "<monitor>t</monitor><action>look</action>"
+
+
+def test_the_environments_memory_fills_its_placeholder():
+    from agentrl.envs.base import Observation
+
+    template = "Task: {task}\nNotes: {memory}\nNow: {observation}\nActions: {actions}"
+    obs = Observation("You arrive at desk 1.", "find a pen", ["look"], anchor="x",
+                      memory="Not visited: bed 1. Holding: nothing.", actions_text="look; go to: bed 1")
+    text = render_prompt(template, obs, [], 3, 0)
+    assert "Notes: Not visited: bed 1. Holding: nothing.\n" in text and text.endswith("Actions: look; go to: bed 1")
+    obs.memory = None
+    assert "Notes: (none)\n" in render_prompt(template, obs, [], 3, 0)
+    PromptConfig(template=template)  # a known placeholder

@@ -43,6 +43,10 @@ class AlfWorldEnvConfig(Section):
     """Expert for SFT data: the PDDL planner (exact, knows where everything is), ALFWorld's
     hand-coded agent (fails some), or the observer (acts only on what the episode has shown:
     `agentrl.envs.alfworld.observer`; it can label any state a policy reaches, for DAgger)."""
+    grouped_actions: bool = False
+    """List the admissible actions in the prompt with `go to`, `open`, `close` and `examine` said
+    once each ("go to: bed 1, desk 1; open: drawer 1; take ...") instead of once per target:
+    about 40% fewer prompt tokens on ALFWorld's lists of 20-50 receptacles."""
     memory: bool = False
     """Give each observation the episode's notebook (receptacles not yet visited, where the
     task's objects were seen, what is held), for the prompt's {memory} field."""
@@ -62,6 +66,23 @@ def split_intro(feedback: str) -> tuple[str, str]:
     return room.strip(), task.strip()
 
 
+GROUPED_VERBS = ("go to", "open", "close", "examine")
+
+
+def group_actions(actions: list[str]) -> str:
+    """'go to: bed 1, desk 1; open: drawer 1; take pen 1 from desk 1; look' (the targets of each
+    grouped verb in the engine's order, the other actions whole)."""
+    groups: dict[str, list[str]] = {}
+    rest = []
+    for action in actions:
+        verb = next((v for v in GROUPED_VERBS if action.startswith(v + " ")), None)
+        if verb is None:
+            rest.append(action)
+        else:
+            groups.setdefault(verb, []).append(action[len(verb) + 1:])
+    return "; ".join([f"{verb}: {', '.join(targets)}" for verb, targets in groups.items()] + rest)
+
+
 def expert_thought(action: str) -> str:
     verb = action.split(" ", 1)[0]
     return {"go": "I need to look there next.", "take": "This is the object I need.",
@@ -72,7 +93,8 @@ def expert_thought(action: str) -> str:
 @ENVIRONMENTS.register("alfworld", AlfWorldEnvConfig)
 class AlfWorldEnv:
     def __init__(self, data: str | None = None, max_steps: int = 50,
-                 train_task_types: list[str] | None = None, expert: str = "planner", memory: bool = False):
+                 train_task_types: list[str] | None = None, expert: str = "planner", grouped_actions: bool = False,
+                 memory: bool = False):
         import textworld
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredExpert
         from textworld.envs import PddlEnv
@@ -86,7 +108,7 @@ class AlfWorldEnv:
             raise ValueError(f"unknown ALFWorld task types {sorted(unknown)}; valid: {list(TASK_TYPES)}")
         if expert not in ("planner", "handcoded", "observer"):
             raise ValueError(f"unknown ALFWorld expert {expert!r}; choose planner, handcoded or observer")
-        self.expert, self.memory = expert, memory
+        self.expert, self.grouped_actions, self.memory = expert, grouped_actions, memory
         self._pddl = PddlEnv(textworld.EnvInfos(won=True, admissible_commands=True))
         self._env = AlfredDemangler(self._pddl, shuffle=False)
         if expert == "handcoded":
@@ -140,6 +162,7 @@ class AlfWorldEnv:
         actions = [a for a in self.state.admissible_commands if a != "help"]
         return Observation(text=text, task=self.task, admissible_actions=actions, anchor=text,
                            info={"task_type": task_type(self.game_id)},
+                           actions_text=group_actions(actions) if self.grouped_actions else None,
                            memory=self.notebook.text() if self.memory else None)
 
     # --- expert --------------------------------------------------------------------------------
