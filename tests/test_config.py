@@ -136,6 +136,7 @@ ADDED_SINCE = {  # (section, its type or None for any, field): fields added afte
     ("eval", None, "initial"): True, ("init", None, "corpus"): None,
     ("env", "scienceworld", "gold_path"): True, ("env", "scienceworld", "train_task_types"): None,
     ("rl", None, "mini_batch_order"): "shuffled",
+    ("env", "alfworld", "grouped_actions"): False, ("env", "alfworld", "memory"): False, ("sft", None, "dagger"): None,
 }
 RECIPE_SETS_SINCE = {"demo.yaml": {("rl", "mini_batch_order"): "grouped"}}  # an added field a recipe sets
 VARIANTS = {  # demo-NAME.yaml: recipes/demo.yaml with these overrides
