@@ -191,8 +191,12 @@ def test_observer_searches_where_the_train_games_put_the_object_first(observer):
 def test_observer_searches_a_receptacle_that_shares_the_spot_from_there(observer):
     """Stoveburners 1 and 2 share a spot: from burner 1 the engine offers no `go to stoveburner 2`
     but the pot on it can be taken; the notebook counts burner 2 as searched."""
-    assert play_expert(observer, "train/pick_clean_then_place_in_recep-Pot-None-StoveBurner-26/"
-                                 "trial_T20190907_210713_391992")
+    game = "train/pick_clean_then_place_in_recep-Pot-None-StoveBurner-26/trial_T20190907_210713_391992"
+    observer.reset(game)
+    obs = observer.step("go to stoveburner 1").observation
+    assert "go to stoveburner 2" not in obs.admissible_actions
+    assert "stoveburner 2" not in obs.memory.split("Not visited: ")[1].split(". Seen:")[0]
+    assert play_expert(observer, game)
 
 
 def test_grouped_actions_say_each_verb_once():

@@ -110,7 +110,7 @@ class Notebook:
             # Receptacles that share this spot (stoveburners 1 and 2) cannot be gone to from here:
             # one that opens is still to search, the others show their objects as takeable.
             for recep in self.receptacles:
-                if False:
+                if recep != self.location and f"go to {recep}" not in admissible:
                     if f"open {recep}" in admissible:
                         self.closed.add(recep)
                     else:
