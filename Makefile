@@ -96,7 +96,7 @@ vllm-env: $(VLLM_STAMP)
 
 # The real engines on CPU: one seed of the whole pipeline (SEED=k), from expert data made once for
 # every seed (`agentrl data` remakes it only when a setting it depends on changes), then the SFT-vs-RL comparison over the seeds run so
-# far and the per-task-type table. One seed: about 70 minutes on 2 cores (ALFWorld), the expert data 11 more.
+# far and the per-task-type table. One seed: about an hour on 2 cores (ALFWorld), the expert data 12 minutes more.
 SEED ?= 0
 EXPERT_EPISODES_alfworld := 1000
 EXPERT_EPISODES_scienceworld := 400
