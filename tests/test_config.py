@@ -44,6 +44,11 @@ def test_bad_template_and_bad_files(tmp_path):
         load_config(write(tmp_path, "- a\n- b\n"))
 
 
+def test_setting_one_field_of_the_evaluation_sampling_keeps_its_other_defaults(tmp_path):
+    config = load_config(ROOT / "recipes" / "demo.yaml", ["eval.sampling={retries: 2}"])
+    assert (config.eval.sampling.temperature, config.eval.sampling.retries) == (0.4, 2)
+
+
 def test_overrides_and_round_trip(tmp_path):
     config = load_config(write(tmp_path, "rl:\n  steps: 3\n"), ["rl.steps=5", "rl.optim.lr=0.001", "seed=7"])
     assert config.rl.steps == 5 and config.rl.optim.lr == 0.001 and config.seed == 7
@@ -137,6 +142,7 @@ ADDED_SINCE = {  # (section, its type or None for any, field): fields added afte
     ("env", "scienceworld", "gold_path"): True, ("env", "scienceworld", "train_task_types"): None,
     ("rl", None, "mini_batch_order"): "shuffled",
     ("env", "alfworld", "grouped_actions"): False, ("env", "alfworld", "memory"): False, ("sft", None, "dagger"): None,
+    ("sampling", None, "retries"): 0, ("eval.sampling", None, "retries"): 0, ("rl.aux.0.sampling", None, "retries"): 0,
 }
 RECIPE_SETS_SINCE = {"demo.yaml": {("rl", "mini_batch_order"): "grouped"}}  # an added field a recipe sets
 VARIANTS = {  # demo-NAME.yaml: recipes/demo.yaml with these overrides
@@ -152,9 +158,13 @@ VARIANTS = {  # demo-NAME.yaml: recipes/demo.yaml with these overrides
 
 def _settings(config, recipe_sets: dict | None = None) -> dict:
     data = yaml.safe_load(config_yaml(config))
-    for (section, kind, field), default in ADDED_SINCE.items():
-        if data[section] is not None and kind in (None, data[section].get("type")):  # a section the recipe has
-            assert data[section].pop(field) == (recipe_sets or {}).get((section, field), default)
+    for (path, kind, field), default in ADDED_SINCE.items():
+        section = data
+        for key in path.split("."):  # a dotted path into nested sections; a list's item by index
+            section = section[int(key)] if isinstance(section, list) and key.isdigit() and int(key) < len(section) \
+                else section.get(key) if isinstance(section, dict) else None
+        if section is not None and kind in (None, section.get("type")):  # a section the recipe has
+            assert section.pop(field) == (recipe_sets or {}).get((path, field), default)
     return data
 
 

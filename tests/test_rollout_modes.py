@@ -2,6 +2,7 @@
 prompt, whatever order the environments answer in."""
 
 import pytest
+import torch
 from conftest import COMPACT
 
 from agentrl.config import EnvPoolConfig, PromptConfig, SamplingConfig
@@ -99,3 +100,39 @@ def test_a_worker_killed_in_async_mode_aborts_its_episode_only(sampler):
         assert len(pool.faults) == 1
     assert [t.aborted for t in trajectories] == [True] + [False] * 5
     assert all(len(t.steps) == 4 or t.success for t in trajectories[1:])
+
+
+def test_retries_resample_until_the_action_is_admissible(choice_model_dir):
+    """The choice model names GOOD or BAD about half the time each; where only GOOD is admissible
+    (the prompt still lists both), retries resample just the steps that named BAD, and stop at
+    the first admissible answer."""
+    import twostep
+
+    from agentrl.envs.base import Observation
+    from agentrl.rollout.collect import Episode, EpisodeRules
+    from agentrl.rollout.types import Trajectory
+
+    hf, tokenizer = HFSampler(load_model(choice_model_dir), load_tokenizer(choice_model_dir)), \
+        load_tokenizer(choice_model_dir)
+    prompt = PromptConfig(template=twostep.TEMPLATE, history_length=1)
+    rules = EpisodeRules(tokenizer, prompt, "", max_steps=2)
+    only_good = Observation("You are in the hall.", "reach the garden (train-0)", [twostep.GOOD], "room:hall",
+                            actions_text=f"{twostep.GOOD}, {twostep.BAD}")
+    episodes = [Episode(slot=i, trajectory=Trajectory(task_id="train-0", group_id=0, task_type="two_step"), observation=only_good)
+                for i in range(16)]
+    for e in episodes:
+        rules.ask(e)
+    torch.manual_seed(0)
+
+    def named(retries):
+        counting = OneAtATime(hf)
+        sampling = SamplingConfig(temperature=1.0, max_new_tokens=24, retries=retries)
+        first = counting.generate([e.prompt_ids for e in episodes], sampling)
+        played = rules.retry(counting, episodes, first, sampling)
+        return [rules.act(e, gen) for e, gen in zip(episodes, played)], counting.batches
+
+    actions, batches = named(0)
+    assert 3 <= actions.count(twostep.BAD) <= 13 and batches == [16]
+    actions, batches = named(12)
+    assert actions == [twostep.GOOD] * 16
+    assert batches[0] == 16 and 0 < batches[1] < 16 and batches == sorted(batches, reverse=True)

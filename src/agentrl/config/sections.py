@@ -81,6 +81,13 @@ class SamplingConfig(Section):
     """Nucleus sampling mass (1: off)."""
     max_new_tokens: int = Field(48, ge=1)
     """Longest response per step (the end-of-turn token included)."""
+    retries: int = Field(0, ge=0)
+    """Sample a step's response again, up to this many times, while the action it names is not
+    among the environment's admissible actions (an environment that lists none is never
+    retried); the first admissible one is played, else the last. A policy that repeats a no-op
+    in a state its no-op leaves unchanged is stuck until the step limit; BUTLER's evaluation
+    played its next beam the same way. Retries sample as the first try does (at temperature 0
+    they repeat it); in RL rollouts only the played sample is trained on."""
 
 
 class OptimConfig(Section):
@@ -153,13 +160,18 @@ class SFTConfig(Section):
     the model is written."""
 
 
+class EvalSamplingConfig(SamplingConfig):
+    temperature: float = Field(0.4, ge=0)
+    """0 means greedy (evaluation's default: 0.4, also when another field is set)."""
+
+
 class EvalConfig(Section):
     splits: list[Literal["l0", "l1", "l2"]] = ["l0", "l1", "l2"]
     """Evaluation splits: l0 in-domain, l1 unseen, l2 out-of-domain."""
     episodes: int = Field(100, ge=1)
     """Episodes per split (the first N tasks of the split)."""
-    sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(temperature=0.4))
-    """Sampling at evaluation (default temperature 0.4)."""
+    sampling: EvalSamplingConfig = EvalSamplingConfig()
+    """Sampling at evaluation."""
     max_aborted_share: float = Field(0.5, ge=0, le=1)
     """A split on which more than this share of the episodes aborted (or none finished) is an
     error, never a result."""

@@ -54,6 +54,25 @@ class EpisodeRules:
         e.prompt_ids = encode_prompt(self.tokenizer, e.prompt_text)
         return e.prompt_ids
 
+    def playable(self, e: Episode, gen) -> bool:
+        """Whether the generation names an admissible action (any action, where none are listed)."""
+        if not e.observation.admissible_actions:
+            return True
+        response = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+        return parse_action(response, self.prompt.require_think) in e.observation.admissible_actions
+
+    def retry(self, sampler, episodes: list[Episode], generations: list, sampling) -> list:
+        """The generations, each resampled for its episode's prompt up to `sampling.retries`
+        times while it names no admissible action."""
+        generations = list(generations)
+        for _ in range(sampling.retries):
+            again = [i for i, (e, gen) in enumerate(zip(episodes, generations)) if not self.playable(e, gen)]
+            if not again:
+                break
+            for i, gen in zip(again, sampler.generate([episodes[i].prompt_ids for i in again], sampling)):
+                generations[i] = gen
+        return generations
+
     def act(self, e: Episode, gen) -> str | None:
         """Record the generation as the episode's next step; the action it names (None: none)."""
         response = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
@@ -119,7 +138,7 @@ def _lockstep(pool, sampler, rules, episodes, sampling, timing, finished, batch_
     while active:
         prompt_ids = [rules.ask(e) for e in active]
         start = time.perf_counter()
-        generations = sampler.generate(prompt_ids, sampling)
+        generations = rules.retry(sampler, active, sampler.generate(prompt_ids, sampling), sampling)
         timing["gen"] += time.perf_counter() - start
         actions = {e.slot: rules.act(e, gen) for e, gen in zip(active, generations)}
         start = time.perf_counter()
@@ -168,9 +187,11 @@ def _async(pool, sampler, rules, episodes, sampling, timing, finished, batch_win
             generating += len(ready)
             done = sampler.advance()
             generating -= len(done)
-            outputs = [(by_slot[slot], gen) for slot, gen in done]
+            answered = [by_slot[slot] for slot, _ in done]
+            outputs = list(zip(answered, rules.retry(sampler, answered, [gen for _, gen in done], sampling)))
         else:
-            outputs = list(zip(ready, sampler.generate([rules.ask(e) for e in ready], sampling)))
+            generations = sampler.generate([rules.ask(e) for e in ready], sampling)
+            outputs = list(zip(ready, rules.retry(sampler, ready, generations, sampling)))
         ready = []
         timing["gen"] += time.perf_counter() - start
         if outputs:
