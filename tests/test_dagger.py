@@ -62,6 +62,26 @@ def test_the_policys_states_are_labelled_with_the_experts_move_from_there(tiny_m
             [s.prompt for s in trajectory.steps][:len(labels)]
 
 
+def test_the_rounds_play_with_their_own_sampling(tiny_model_dir, tmp_path):
+    """`sft.dagger.sampling` greedy while the evaluation samples at temperature 1: two rounds
+    played under different torch seeds label the same states."""
+    import torch
+
+    from agentrl.dagger import dagger_data
+    from agentrl.recipe import validate_config
+
+    dagger = {"episodes": 3, "expert_share": [0.0, 0.0], "sampling": {"temperature": 0, "max_new_tokens": 8}}
+    config = validate_config({"env": {"type": "household", "max_steps": 4}, "prompt": {"template": COMPACT},
+                              "sft": {"dagger": dagger}, "eval": {"sampling": {"max_new_tokens": 8}}})
+    tokenizer = load_tokenizer(tiny_model_dir)
+    sampler = HFSampler(load_model(tiny_model_dir), tokenizer)
+    with EnvPool(config.env, EnvPoolConfig(workers=0)) as pool:
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            dagger_data(pool, sampler, tokenizer, config, 1, tmp_path / f"labels{seed}.jsonl")
+    assert (tmp_path / "labels1.jsonl").read_text() == (tmp_path / "labels2.jsonl").read_text() != ""
+
+
 def test_expert_share_is_annealed_linearly_over_the_rounds():
     dagger = DaggerConfig(rounds=5, expert_share=(1.0, 0.0))
     assert [expert_share(dagger, r) for r in range(1, 6)] == [1.0, 0.75, 0.5, 0.25, 0.0]
@@ -94,3 +114,30 @@ def test_pipeline_rounds_aggregate_every_label_and_are_reused(tmp_path, capsys):
     run_pipeline(load_config(recipe, [*overrides, "sft.dagger={rounds: 1, episodes: 6}"]))
     said = capsys.readouterr().out
     assert "sft 0: done earlier" in said and "labels 1: settings changed" in said
+    run_pipeline(load_config(recipe, [*overrides, "sft.dagger={rounds: 1, episodes: 6, sampling: {temperature: 1.0}}"]))
+    said = capsys.readouterr().out
+    assert "sft 0: done earlier" in said and "labels 1: settings changed (sft.dagger.sampling.temperature" in said
+
+
+def test_labels_of_given_data_are_redone_when_the_environment_or_prompt_changes(tmp_path, capsys):
+    """With `sft.data` given, the expert data's settings hold no environment or prompt; the rounds'
+    labels, played in that environment with that prompt, must still follow them."""
+    import shutil
+    from pathlib import Path
+
+    from agentrl.pipeline import run_pipeline
+    from agentrl.recipe import load_config
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "demo.yaml"
+    overrides = [f"run_dir={tmp_path / 'run'}", f"model.path={tmp_path / 'init'}", "sft.episodes=20", "sft.epochs=1",
+                 "rl.steps=0", "eval.episodes=2", "eval.splits=[l0]", "eval.initial=false",
+                 "init.corpus_episodes=20", "sft.dagger={rounds: 1, episodes: 4}"]
+    run_pipeline(load_config(recipe, overrides))
+    shutil.copy(tmp_path / "run" / "sft" / "data.jsonl", tmp_path / "data.jsonl")
+    shutil.copytree(tmp_path / "init", tmp_path / "start")
+    given = [*overrides, f"sft.data={tmp_path / 'data.jsonl'}", f"model.path={tmp_path / 'start'}", "init=null"]
+    run_pipeline(load_config(recipe, given))
+    capsys.readouterr()
+    run_pipeline(load_config(recipe, [*given, "env.max_steps=5"]))
+    said = capsys.readouterr().out
+    assert "sft 0: done earlier" in said and "labels 1: settings changed (dagger.env.max_steps" in said

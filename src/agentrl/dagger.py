@@ -100,7 +100,7 @@ def dagger_data(pool, sampler, tokenizer, config, round_number: int, out: Path) 
     dagger = config.sft.dagger
     rng = random.Random(config.seed * 1000 + round_number)  # the pipeline seeds torch's sampling alike
     tasks = sample_tasks(pool.local, "train", dagger.episodes, rng)
-    played = play_labelled(pool, sampler, tokenizer, tasks, config.prompt, config.eval.sampling,
+    played = play_labelled(pool, sampler, tokenizer, tasks, config.prompt, dagger.sampling,
                            expert_share(dagger, round_number), rng)
     write_atomic(out, "".join(json.dumps(example) + "\n" for example in played.examples))
     return played.stats()

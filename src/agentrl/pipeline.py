@@ -170,7 +170,7 @@ def sft_phase(config: Config, model_path: str, data: str | Path, out: str | Path
         return
     work = out.parent / "dagger"
     current, sources = work / "model0", [Path(data)]
-    cloning = {key: value for key, value in settings.items() if not key.startswith("sft.dagger.")}
+    cloning = {key: value for key, value in settings.items() if not key.startswith(("sft.dagger.", "dagger."))}
     step = distributed.on_main(lambda: _dagger_step(work, "sft 0", cloning, current))
     if step["train"]:  # behaviour cloning, the same whatever the rounds after it
         sft(config, model_path, data, current, out.parent / "logs", cloning)
@@ -366,6 +366,8 @@ def _until_sft(config: Config, restart: bool) -> dict:
             console.print(f"[bold]expert data[/] {stats} -> {data}", soft_wrap=True)
             phases.complete("expert data", data_settings)
     settings = {**upstream, **data_settings, **config_settings(config, "seed", "sft", exclude=SFT_CONTINUABLE)}
+    if config.sft.dagger is not None:  # the rounds play in the environment, with the prompt
+        settings.update({f"dagger.{key}": value for key, value in config_settings(config, "env", "prompt").items()})
     plan.update(sft_data=str(data), sft_out=str(sft_dir / "model"), sft_settings=settings,
                 train_sft=not phases.reusable("sft", settings, (sft_dir / "model" / "config.json").exists()))
     return plan

@@ -90,6 +90,13 @@ class SamplingConfig(Section):
     they repeat it); in RL rollouts only the played sample is trained on."""
 
 
+class PlaySamplingConfig(SamplingConfig):
+    """Sampling where a policy is played rather than trained (evaluation, DAgger's rounds)."""
+
+    temperature: float = Field(0.4, ge=0)
+    """0 means greedy (default 0.4, also when another field is set)."""
+
+
 class OptimConfig(Section):
     lr: float = Field(1e-6, gt=0)
     """Learning rate (constant after warmup)."""
@@ -110,7 +117,10 @@ class DaggerConfig(Section):
     rounds: int = Field(3, ge=1)
     """Rounds of play, label, train."""
     episodes: int = Field(200, ge=1)
-    """Train episodes the policy plays per round (sampled as at evaluation: `eval.sampling`)."""
+    """Train episodes the policy plays per round."""
+    sampling: PlaySamplingConfig = PlaySamplingConfig()
+    """How the policy samples its moves in the rounds (retries do not apply: the expert labels
+    the states its inadmissible moves lead to)."""
     expert_share: tuple[Annotated[float, Field(ge=0, le=1)], Annotated[float, Field(ge=0, le=1)]] = (0.5, 0.0)
     """Share of executed moves that are the expert's, in the first and the last round (linear in
     between; the policy's own move otherwise)."""
@@ -160,17 +170,12 @@ class SFTConfig(Section):
     the model is written."""
 
 
-class EvalSamplingConfig(SamplingConfig):
-    temperature: float = Field(0.4, ge=0)
-    """0 means greedy (evaluation's default: 0.4, also when another field is set)."""
-
-
 class EvalConfig(Section):
     splits: list[Literal["l0", "l1", "l2"]] = ["l0", "l1", "l2"]
     """Evaluation splits: l0 in-domain, l1 unseen, l2 out-of-domain."""
     episodes: int = Field(100, ge=1)
     """Episodes per split (the first N tasks of the split)."""
-    sampling: EvalSamplingConfig = EvalSamplingConfig()
+    sampling: PlaySamplingConfig = PlaySamplingConfig()
     """Sampling at evaluation."""
     max_aborted_share: float = Field(0.5, ge=0, le=1)
     """A split on which more than this share of the episodes aborted (or none finished) is an
