@@ -104,7 +104,7 @@ MUTANTS = [
     Mutant("rollout: invalid steps not penalised", "src/agentrl/rollout/collect.py",
            "penalty=0.0 if action is not None else self.prompt.invalid_penalty", "penalty=0.0", ROLLOUT),
     Mutant("async rollout: a batch's generations handed to the wrong episodes", "src/agentrl/rollout/collect.py",
-           "outputs = list(zip(ready, sampler.generate(", "outputs = list(zip(ready[::-1], sampler.generate(",
+           "outputs = list(zip(ready, rules.retry(", "outputs = list(zip(ready[::-1], rules.retry(",
            ["test_rollout_modes.py"]),
     Mutant("pool: a failed worker's later messages not aborted", "src/agentrl/envs/pool.py",
            "for _, slots in self._queue[worker]:", "for _, slots in list(self._queue[worker])[:1]:",
