@@ -4,6 +4,7 @@ import torch
 from agentrl.actor.batch import Packing, TrainSample, collate, micro_batches
 from agentrl.actor.single import SingleActor, response_logprobs
 from agentrl.config import OptimConfig, SamplingConfig
+from agentrl.metrics import LossOutputs
 from agentrl.losses.policy import PPOClipConfig, SeqRatioConfig, aggregation_weights, ppo_clip, seq_ratio
 from agentrl.models import load_model, load_tokenizer
 from agentrl.registry import KL_ESTIMATORS
@@ -50,7 +51,7 @@ def _grads_after_step(model_dir, samples, budget, agg="token-mean"):
     def loss_fn(batch):
         logp, _ = actor.token_logprobs(batch)
         loss, _ = ppo_clip(logp, batch.old_logprobs, batch.advantages, batch.sample_index, PPOClipConfig())
-        return (batch.weight * loss).sum(), {}
+        return LossOutputs((batch.weight * loss).sum())
 
     actor.optimizer_step([(micro_batches(samples, budget), loss_fn)])
     return {n: p.grad.clone() for n, p in model.named_parameters()}  # the step leaves its gradients
@@ -143,11 +144,11 @@ def test_bf16_weights_learn_through_fp32_master_weights_and_resume_exactly(tiny_
     def step():
         def loss_fn(batch):
             logp, _ = actor.token_logprobs(batch)
-            return -logp.float().mean(), {}
+            return LossOutputs(-logp.float().mean())
         return actor.optimizer_step([(micro_batches(samples, 10**6), loss_fn)])
 
     for _ in range(3):
-        assert step()["skipped_updates"] == 0
+        assert step().counts["skipped_updates"] == 0
     names = [k for k, p in model.named_parameters() if p.requires_grad]
     assert all(m.dtype == torch.float32 for m in actor.master)
     moved = sum(float((m.detach() - initial[k].float()).abs().max()) > 2e-6 for k, m in zip(names, actor.master))

@@ -16,6 +16,7 @@ from agentrl.actor.batch import TrainSample, micro_batches
 from agentrl.actor.single import SingleActor
 from agentrl.config import OptimConfig
 from agentrl.losses.policy import aggregation_weights
+from agentrl.metrics import LossOutputs
 from agentrl.models import load_model
 
 # Adam's first step is lr x sign(g) where |g| >> eps: float noise in tiny gradients moves an
@@ -40,7 +41,7 @@ def make_loss(actor):
     def loss_fn(batch):
         logp, _ = actor.token_logprobs(batch)
         loss = -(batch.weight * batch.advantages * logp).sum()
-        return loss, {"tokens": torch.tensor(float(batch.n_tokens))}
+        return LossOutputs(loss, counts={"tokens": torch.tensor(float(batch.n_tokens))})
     return loss_fn
 
 
@@ -77,7 +78,7 @@ def actor_rank(rank, world, port, model_dir, out_dir, lora, backend):
         mine = batch_samples()[rank::world]  # each rank its share; weights use the global counts
         # Rank 1 packs its share into more micro-batches than rank 0 (uneven counts are padded).
         budget = 10**6 if rank == 0 else 1
-        metrics = actor.optimizer_step([(micro_batches(mine, budget), make_loss(actor))])
+        metrics = actor.optimizer_step([(micro_batches(mine, budget), make_loss(actor))]).report(1, 1)
         state = actor.full_state_dict()
         if rank == 0:
             save_file({k: v.contiguous() for k, v in state.items()}, f"{out_dir}/fsdp.safetensors")
@@ -128,15 +129,16 @@ def skip_rank(rank, world, port, model_dir, backend):
         before, lr = actor.full_state_dict(), actor.scheduler.get_last_lr()
 
         def nan_on_rank_1(batch):  # one rank's non-finite loss makes the global gradient norm non-finite
-            loss, extra = make_loss(actor)(batch)
-            return loss * (float("nan") if rank == 1 else 1.0), extra
+            out = make_loss(actor)(batch)
+            out.loss = out.loss * (float("nan") if rank == 1 else 1.0)
+            return out
 
-        metrics = actor.optimizer_step([(micro_batches(mine, 10**6), nan_on_rank_1)])
+        metrics = actor.optimizer_step([(micro_batches(mine, 10**6), nan_on_rank_1)]).report(1, 1)
         assert metrics["skipped_updates"] == 1 and not math.isfinite(metrics["grad_norm"])
         after = actor.full_state_dict()
         assert all(torch.equal(before[k], after[k]) for k in before)  # weights untouched
         assert actor.scheduler.get_last_lr() == lr  # the warm-up did not advance
-        metrics = actor.optimizer_step([(micro_batches(mine, 10**6), make_loss(actor))])  # and training goes on
+        metrics = actor.optimizer_step([(micro_batches(mine, 10**6), make_loss(actor))]).report(1, 1)  # and training goes on
         assert metrics["skipped_updates"] == 0 and math.isfinite(metrics["grad_norm"])
         after = actor.full_state_dict()
         assert all(torch.isfinite(v).all() for v in after.values()) and any(
@@ -163,7 +165,7 @@ def test_two_ranks_match_one_process(tiny_model_dir, tmp_path, backend, lora):
 
     model = policy(str(tiny_model_dir), lora)
     actor = SingleActor(model, OPTIM)
-    metrics = actor.optimizer_step([(micro_batches(batch_samples(), 10**6), make_loss(actor))])
+    metrics = actor.optimizer_step([(micro_batches(batch_samples(), 10**6), make_loss(actor))]).report(1, 1)
     fsdp = load_file(tmp_path / "fsdp.safetensors")
     single = dict(model.state_dict())
     assert set(fsdp) <= set(single)

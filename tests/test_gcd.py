@@ -15,6 +15,7 @@ from agentrl.gcd.data import collect_judgment_data
 from agentrl.gcd.judge import ChatEndpoint, ExternalJudge, judge_prompt, parse_verdict, vote
 from agentrl.gcd.labels import balanced_selection, label_steps, rule_labels
 from agentrl.losses.gcd import GCDAuxConfig, GCDLoss, JudgeEndpointConfig
+from agentrl.metrics import LossOutputs
 from agentrl.models import load_model, load_tokenizer
 from agentrl.recipe import validate_config
 from agentrl.rollout.types import StepSample, Trajectory
@@ -220,13 +221,13 @@ def test_classifier_judge_learns_its_labels_through_the_actor(tiny_model_dir):
 
     def loss_fn(batch):
         loss, counts = judge.hidden_loss(actor.token_hidden(batch), batch)
-        return loss.sum() / len(samples), counts
+        return LossOutputs(loss.sum() / len(samples), counts=counts)
 
     before = [p.detach().clone() for p in model.parameters()]
     batches = micro_batches(samples, 10**6, tokenizer.pad_token_id)
     for _ in range(60):
         metrics = actor.optimizer_step([(batches, loss_fn)])
-    assert metrics["judge_accuracy"] == 2  # both pairs judged right
+    assert metrics.counts["judge_accuracy"] == 2  # both pairs judged right
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))  # the body learns too
     assert judge.evaluate([t], seed=0)["judge_accuracy"] == 1.0
 

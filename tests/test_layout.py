@@ -54,7 +54,7 @@ LAYERS = [  # top to bottom: a module imports only from its own layer or the one
     ("methods", ["advantages", "losses", "components", "critic", "gcd", "analysis"]),
     ("actors, samplers, environments", ["actor", "sampler", "envs", "models", "data", "rollout.collect", "kernels"]),
     ("config, registry, records", ["config", "recipe", "registry", "rollout", "prompting", "files", "errors",
-                                   "distributed", "seeding", "progress", "stats", "envs.base"]),
+                                   "distributed", "seeding", "progress", "stats", "metrics", "envs.base"]),
 ]
 
 

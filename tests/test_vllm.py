@@ -12,6 +12,7 @@ from agentrl.actor.batch import TrainSample, collate  # noqa: E402
 from agentrl.actor.single import SingleActor, response_logprobs  # noqa: E402
 from agentrl.checkpoint import list_checkpoints  # noqa: E402
 from agentrl.config import OptimConfig, SamplingConfig  # noqa: E402
+from agentrl.metrics import LossOutputs  # noqa: E402
 from agentrl.models import load_model, load_tokenizer  # noqa: E402
 from agentrl.sampler import VLLMSamplerConfig
 from agentrl.sampler.vllm import VLLMSampler  # noqa: E402
@@ -62,7 +63,7 @@ def test_vllm_matches_the_actor_after_an_update_and_a_sync(tiny_model_dir):
 
     def loss_fn(batch):
         logp, _ = actor.token_logprobs(batch)
-        return -logp.mean(), {}
+        return LossOutputs(-logp.mean())
 
     for _ in range(5):
         actor.optimizer_step([([collate([sample])], loss_fn)])

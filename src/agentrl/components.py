@@ -50,6 +50,15 @@ class StepBatch:
     metrics: dict[str, float] = field(default_factory=dict)
     """Namespaced metrics the hooks add (e.g. critic/value_loss)."""
 
+    def set_advantages(self, advantages: Advantages) -> None:
+        """The estimator's result, each step's advantage onto the step and its sample's tokens
+        (their one writer; `Advantages.values` holds each trajectory's steps in order)."""
+        self.advantages = advantages
+        flat = [a for values in advantages.values for a in values]
+        for step, sample, a in zip(self.steps, self.samples, flat, strict=True):
+            step.advantage = a
+            sample.advantages = [a] * sample.n_targets
+
 
 class Component:
     name = "component"

@@ -98,6 +98,15 @@ def all_max(value: float) -> float:
     return float(tensor)
 
 
+def union(names: list[str]) -> list[str]:
+    """The sorted union of every rank's `names` (e.g. the metrics one of them lacks)."""
+    if world() == 1:
+        return sorted(set(names))
+    gathered: list[list[str]] = [[] for _ in range(world())]
+    dist.all_gather_object(gathered, sorted(names))  # our own ranks' metric names
+    return sorted({name for part in gathered for name in part})
+
+
 def gather(items: list) -> list:
     """Every rank's `items` concatenated in rank order on rank 0; an empty list on the others."""
     if world() == 1:

@@ -14,6 +14,7 @@ from agentrl.actor.batch import Packing, micro_batches
 from agentrl.checkpoint import checkpoint_dir, latest_checkpoint, read_state, save_checkpoint
 from agentrl.config import ConfigError
 from agentrl.data import encode_conversation, read_chat_dataset
+from agentrl.metrics import LossOutputs
 from agentrl.models import add_lora, export_model
 from agentrl.progress import plain_output, progress, set_stage
 from agentrl.registry import ACTORS
@@ -26,7 +27,8 @@ def sft_loss(actor, total_weight: float):
         weight = batch.weight
         nll = -(weight * logp).sum()
         response = weight == 1.0
-        return nll / total_weight, {"nll_sum": -logp[response].sum().detach(), "response_tokens": response.sum()}
+        return LossOutputs(nll / total_weight, counts={"nll_sum": -logp[response].sum().detach(),
+                                                       "response_tokens": response.sum()})
     return loss_fn
 
 
@@ -71,7 +73,7 @@ def train_sft(model, tokenizer, data_path: str | Path, sft_cfg, seed: int, out_d
                 total_weight = sum(sum(s.weight) for s in chunk)
                 batches = micro_batches(chunk[rank::world], sft_cfg.micro_batch_tokens, tokenizer.pad_token_id,
                                         packing)
-                metrics = actor.optimizer_step([(batches, sft_loss(actor, total_weight))])
+                metrics = actor.optimizer_step([(batches, sft_loss(actor, total_weight))]).report(1, 1)
                 loss = metrics.pop("nll_sum") / metrics.pop("response_tokens")
                 if tracker is not None:
                     tracker.log(step, {"sft/loss": loss, "sft/epoch": epoch,

@@ -30,11 +30,14 @@ from agentrl.envs.base import sample_tasks
 from agentrl.envs.pool import EnvPool
 from agentrl.errors import RunError
 from agentrl.evaluate import evaluate
+from agentrl.losses.aux import aux_part
 from agentrl.losses.policy import aggregation_weights
 from agentrl.losses.reference import KLRewardPenalty, ReferenceLogprobs
+from agentrl.losses.step import StepLoss, sampler_check, sampler_gap
+from agentrl.metrics import Tally
 from agentrl.models import add_lora, load_model, load_tokenizer
 from agentrl.progress import plain_output, progress, set_stage
-from agentrl.registry import ACTORS, ADVANTAGES, AUX_LOSSES, COMPONENTS, KL_ESTIMATORS, POLICY_LOSSES, SAMPLERS
+from agentrl.registry import ACTORS, ADVANTAGES, AUX_LOSSES, COMPONENTS, SAMPLERS
 from agentrl.rollout.collect import collect
 from agentrl.rollout.records import write_trajectories
 from agentrl.sampler.base import Sampler
@@ -69,13 +72,6 @@ def rollout_metrics(trajectories) -> dict[str, float]:
     }
 
 
-def sampler_gap(n: float, diff_sum: float, diff_max: float, k3_sum: float) -> dict[str, float]:
-    """The sampler-actor gap over `n` sampled tokens (all ranks) from its sums: mean and largest
-    |log p_actor - log p_sampler|, and KL(sampler || actor) by the k3 estimator."""
-    return {"rollout/logprob_diff_mean": diff_sum / max(n, 1), "rollout/logprob_diff_max": diff_max,
-            "rollout/kl_sampler_actor": k3_sum / max(n, 1)}
-
-
 def advantage_metrics(values: list[float]) -> dict[str, float]:
     if len(values) < 2:
         return {}
@@ -99,9 +95,9 @@ class RLTrainer:
         # The full HF policy that components read (the sampler's copy when the actor is sharded).
         policy = self.model if not sharded else getattr(self.sampler, "model", None)
         self.packing = Packing.for_model(self.model.config) if self.rl.pack_prefixes else None
+        self.loss = StepLoss(self.rl, config.sampling.temperature or 1.0)
         self.components, self.aux_losses = build_components(Context(config, model_path, policy, self.sampler,
                                                                     self.tokenizer, self.run_dir, self.packing))
-        self.uses_reference = self.rl.kl_coef > 0
         self.pool = EnvPool(config.env, self.rl.env_pool)
         extra = [p for c in self.components for p in c.parameters()]
         self.actor: Actor = ACTORS.get(self.rl.actor.backend)(self.rl.actor, self.model, self.rl.optim, extra)
@@ -175,46 +171,41 @@ class RLTrainer:
         steps = [s for t in usable for s in t.steps]
         batch = StepBatch(step, usable, steps,
                           [TrainSample.from_turn(s.prompt_ids, s.response_ids, old_logprobs=s.logprobs) for s in steps])
-        every = self.rl.check_logprobs_every
-        in_update = bool(every) and step % every == 0 and self.rl.old_logprobs != "actor"
         if self.rl.old_logprobs == "actor":  # the ratio's old log-probs: a forward pass of its own
             with timed(timing, "actor_logprobs"):
-                self._check_sampler(batch)
+                self._actor_old_logprobs(batch)
         self._hook("score", batch, timing)  # reference log-probs, reward terms, critic values
         with timed(timing, "advantage"):
-            batch.advantages = compute_advantages(usable, self.rl.advantage)
-        flat = [a for values in batch.advantages.values for a in values]
-        for step_sample, sample, a in zip(steps, batch.samples, flat):
-            step_sample.advantage = a
-            sample.advantages = [a] * sample.n_targets
+            batch.set_advantages(compute_advantages(usable, self.rl.advantage))
         self._hook("shape", batch, timing)  # per-token reweighting, measurements
         with timed(timing, "aux_prepare"):
             aux_batches = {aux.name: aux.prepare(usable, step) for aux in self.aux_losses}
         self.sampler.sleep()  # (vLLM on a GPU) its memory is the actor's until the weights are pushed
         with timed(timing, "update"):
-            groups = [t.group_id for t in usable for _ in t.steps]
-            totals, n_updates, computed = self._update(batch.samples, groups, aux_batches, step, in_update)
-        if in_update:
-            batch.metrics.update(sampler_gap(totals.pop("check/n", 0.0), totals.pop("check/diff", 0.0),
-                                             distributed.all_max(self._check_max), totals.pop("check/k3", 0.0)))
+            tally, n_updates, computed = self._update(batch, aux_batches)
+        batch.metrics.update(sampler_gap(tally))
         self._hook("after_update", batch, timing)  # e.g. the critic's regression
         self.sampler.update_weights(self.actor.weights())
+        return self._metrics(trajectories, batch, aux_batches, tally.report(self._tokens(batch), n_updates),
+                             computed, timing)
 
-        n_tokens = self.rl.epochs * distributed.all_sum([sum(s.n_targets for s in batch.samples)])[0]
+    def _tokens(self, batch: StepBatch) -> float:
+        """The response tokens the update trained (every rank's, every epoch)."""
+        return self.rl.epochs * distributed.all_sum([sum(s.n_targets for s in batch.samples)])[0]
+
+    def _metrics(self, trajectories: list, batch: StepBatch, aux_batches: dict, update: dict[str, float],
+                 computed: int, timing: dict) -> dict[str, float]:
+        """The step's metrics: rollouts, hooks, advantages, the update's (actor/*, aux/*), tokens
+        and throughput, timings."""
+        rl, flat = self.rl, [s.advantage for s in batch.steps]
         metrics = rollout_metrics(trajectories) | batch.metrics | advantage_metrics(flat)
         metrics.update({f"adv/{k}": v for k, v in batch.advantages.metrics.items()})
-        for key, value in totals.items():
-            if key == "skipped_updates":
-                metrics["actor/skipped_updates"] = value
-            elif key in ("lr", "grad_norm") or key.startswith("aux/"):
-                metrics[key if key.startswith("aux/") else f"actor/{key}"] = value / n_updates
-            else:
-                metrics[f"actor/{key}"] = value / max(n_tokens, 1)
+        metrics.update({key if "/" in key else f"actor/{key}": value for key, value in update.items()})
         for name, aux_batch in aux_batches.items():
             metrics.update({f"aux/{name}/{k}": v for k, v in aux_batch.metrics.items()})
-        metrics["tokens/processed"] = self.rl.epochs * distributed.all_sum([sum(len(s.ids) for s in batch.samples)])[0]
+        metrics["tokens/processed"] = rl.epochs * distributed.all_sum([sum(len(s.ids) for s in batch.samples)])[0]
         metrics["tokens/computed"] = distributed.all_sum([computed])[0]  # what the update's forward passes ran
-        metrics["tokens/response"] = float(n_tokens / self.rl.epochs)
+        metrics["tokens/response"] = float(self._tokens(batch) / rl.epochs)
         # Tokens per second of all ranks together (each rank's time: they work side by side).
         generated = distributed.all_sum([sum(len(s.response_ids) for t in trajectories for s in t.steps)])[0]
         metrics["throughput/gen_tokens_per_s"] = generated / max(timing.get("gen", 0.0), 1e-9)
@@ -222,25 +213,22 @@ class RLTrainer:
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
         return metrics
 
-    def _check_sampler(self, batch: StepBatch) -> None:
-        """The actor's log-probs of the sampled tokens against the sampler's: how far sampling is
-        from the policy being trained (other kernels, precision, a stale weight push). With
-        rl.old_logprobs: actor they become the PPO ratio's old log-probs (and the TIS weights)."""
+    def _actor_old_logprobs(self, batch: StepBatch) -> None:
+        """rl.old_logprobs: actor. The actor's log-probs of the sampled tokens become the PPO
+        ratio's old log-probs (and with rl.tis_cap, p_actor / p_sampler capped the TIS weights);
+        how far they are from the sampler's is the step's sampler-actor gap."""
         rl, temperature = self.rl, self.config.sampling.temperature or 1.0
         found = per_sample(batch.samples, rl.micro_batch_tokens, self.tokenizer.pad_token_id,
                            lambda batches: self.actor.score_logprobs(batches, temperature), self.packing)
-        diffs, k3 = [], []
+        tally = Tally()
         for sample, actor_logp in zip(batch.samples, found):
-            log_ratio = actor_logp.float().cpu() - torch.tensor(sample.old_logprobs)  # log p_actor / p_sampler
-            diffs.append(log_ratio.abs())
-            k3.append(torch.exp(log_ratio) - 1 - log_ratio)  # KL(sampler || actor), sampled from the sampler
-            if rl.old_logprobs == "actor":
-                if rl.tis_cap is not None:
-                    sample.is_weight = torch.clamp(torch.exp(log_ratio), max=rl.tis_cap).tolist()
-                sample.old_logprobs = actor_logp.tolist()
-        diff = torch.cat(diffs) if diffs else torch.zeros(0)
-        total, n, kl = distributed.all_sum([float(diff.sum()), diff.numel(), float(sum(x.sum() for x in k3))])
-        batch.metrics.update(sampler_gap(n, total, distributed.all_max(float(diff.max()) if diff.numel() else 0.0), kl))
+            sampler_logp = torch.tensor(sample.old_logprobs)
+            tally.add(sampler_check(actor_logp.cpu(), sampler_logp))
+            if rl.tis_cap is not None:
+                log_ratio = actor_logp.float().cpu() - sampler_logp  # log p_actor / p_sampler
+                sample.is_weight = torch.clamp(torch.exp(log_ratio), max=rl.tis_cap).tolist()
+            sample.old_logprobs = actor_logp.tolist()
+        batch.metrics.update(sampler_gap(tally.over_ranks()))
 
     def _record(self, tracker: Tracker | None) -> None:
         """The last step's trajectories of every rank saved (rl.save_rollouts) and a few shown in
@@ -264,88 +252,44 @@ class RLTrainer:
             with timed(timing, component.name):
                 getattr(component, hook)(batch)
 
-    def _update(self, samples: list[TrainSample], groups: list[int], aux_batches: dict,
-                step: int, check: bool = False) -> tuple[dict[str, float], int, int]:
+    def _update(self, batch: StepBatch, aux_batches: dict) -> tuple[Tally, int, int]:
         """`rl.epochs` passes of mini-batch optimiser steps (the policy loss plus each auxiliary
-        loss's share) over the samples in `rl.mini_batch_order` (`groups`: each sample's task
-        group); returns the summed actor metrics, the number of optimiser steps and the tokens the
-        policy loss's forward passes ran (packed rows count a shared prompt once). With `check`,
-        the first optimiser step's forward passes, which run the weights that sampled, also
-        measure the sampler-actor gap (metrics check/*, the largest gap in `_check_max`)."""
-        rl, pad = self.rl, self.tokenizer.pad_token_id
-        totals: dict[str, float] = {}
-        computed = 0
-        self._check_max = 0.0
+        loss's share) over the samples in `rl.mini_batch_order`; returns the metrics of every
+        optimiser step, their number and the tokens the policy loss's forward passes ran (packed
+        rows count a shared prompt once). On a step of rl.check_logprobs_every, the first optimiser
+        step's forward passes, which run the weights that sampled, measure the sampler-actor gap."""
+        rl, pad, step = self.rl, self.tokenizer.pad_token_id, batch.step
+        check = bool(rl.check_logprobs_every) and step % rl.check_logprobs_every == 0 and rl.old_logprobs != "actor"
+        groups = [t.group_id for t in batch.trajectories for _ in t.steps] if rl.mini_batch_order == "grouped" else None
+        tally, computed, samples = Tally(), 0, batch.samples
         order = random.Random(step_seed(self.config.seed, step, "shuffle"))
         n_chunks = -(-int(distributed.all_sum([len(samples)])[0]) // rl.mini_batch_size)
         for epoch in range(rl.epochs):
-            samples = shuffled(samples, groups if rl.mini_batch_order == "grouped" else None, order)
+            samples = shuffled(samples, groups, order)
             for k, chunk in enumerate(mini_batch_split(samples, rl.mini_batch_size, n_chunks, self.world)):
                 lengths = [s.n_targets for s in chunk]
                 weights = aggregation_weights(lengths, rl.loss_agg, distributed.all_sum([sum(lengths), len(lengths)]))
                 for s, w in zip(chunk, weights):
                     s.weight = [w] * s.n_targets
                 first = check and epoch == 0 and k == 0
-                parts = [(micro_batches(chunk, rl.micro_batch_tokens, pad, self.packing), self._policy_loss(first))
-                         ] if chunk else []
+                parts = [(micro_batches(chunk, rl.micro_batch_tokens, pad, self.packing),
+                          self.loss.on(self.actor, check=first))] if chunk else []
                 computed += sum(b.n_computed for batches, _ in parts for b in batches)
                 for aux in self.aux_losses:
                     share = aux_batches[aux.name].samples[k::n_chunks]
                     aux_tokens = distributed.all_sum([sum(s.n_targets for s in share)])[0]
                     if share:
                         parts.append((micro_batches(share, rl.micro_batch_tokens, pad, self.packing),
-                                      self._aux_loss(aux, aux_tokens)))
+                                      aux_part(aux, self.actor, aux_tokens)))
                 result = self.actor.optimizer_step(parts)
-                self._skipped_in_a_row = self._skipped_in_a_row + 1 if result["skipped_updates"] else 0
+                self._skipped_in_a_row = self._skipped_in_a_row + 1 if result.counts["skipped_updates"] else 0
                 if self._skipped_in_a_row >= rl.max_skipped_updates:
                     raise RunError(f"{self._skipped_in_a_row} optimiser updates in a row had a non-finite loss or "
-                                   f"gradient norm (grad_norm {result['grad_norm']}) and were skipped, up to RL step "
-                                   f"{step}: lower rl.optim.lr, check a custom loss, or resume from an earlier "
-                                   f"checkpoint")
-                for key, value in result.items():
-                    totals[key] = totals.get(key, 0.0) + value
-        return totals, max(1, rl.epochs * n_chunks), computed
-
-    def _policy_loss(self, check: bool = False):
-        """The policy loss of a micro-batch; with `check` it also sums the sampler-actor gap of
-        its tokens (valid before the step's first optimiser step only)."""
-        rl, temperature = self.rl, self.config.sampling.temperature or 1.0
-        loss_impl = POLICY_LOSSES.get(rl.loss.type)
-
-        def loss_fn(batch):
-            logp, entropy = self.actor.token_logprobs(batch, temperature, entropy=True)
-            weight = batch.weight  # (N,): rl.loss_agg over the whole mini-batch
-            pg, counts = loss_impl(logp, batch.old_logprobs, batch.advantages, batch.sample_index, rl.loss)
-            if batch.is_weight is not None:  # truncated importance sampling (rl.tis_cap)
-                pg = batch.is_weight * pg
-            total = (weight * pg).sum()
-            # kl_old: mean of log(old / new) per token; ~0 on the first mini-batch of an update,
-            # where the actor must score the sampled tokens exactly as the sampler did.
-            metrics = {"pg_loss": pg.sum().detach(), "entropy": entropy.sum().detach(),
-                       "kl_old": (batch.old_logprobs - logp).sum().detach(),
-                       **{k: c.detach() for k, c in counts.items()}}
-            if check:  # these forward passes run the weights that sampled
-                log_ratio = logp.detach().float() - batch.old_logprobs.float()  # log p_actor / p_sampler
-                metrics.update({"check/n": len(logp), "check/diff": log_ratio.abs().sum(),
-                                "check/k3": (torch.exp(log_ratio) - 1 - log_ratio).sum()})
-                if len(log_ratio):
-                    self._check_max = max(self._check_max, float(log_ratio.abs().max()))
-            if self.uses_reference and not rl.kl_in_reward:
-                kl = KL_ESTIMATORS.get(rl.kl_estimator)(logp, batch.ref_logprobs)
-                total = total + rl.kl_coef * (weight * kl).sum()
-                metrics["kl"] = kl.sum().detach()
-            if rl.entropy_coef:
-                total = total - rl.entropy_coef * (weight * entropy).sum()
-            return total, metrics
-        return loss_fn
-
-    def _aux_loss(self, aux, n_tokens: float):
-        def loss_fn(batch):
-            per_token, counts = aux.loss(self.actor, batch)
-            loss = per_token.sum() / n_tokens
-            return aux.weight * loss, {f"aux/{aux.name}/loss": loss.detach(),
-                                       **{f"aux/{aux.name}/{k}": v / n_tokens for k, v in counts.items()}}
-        return loss_fn
+                                   f"gradient norm (grad_norm {result.per_update['grad_norm']}) and were skipped, "
+                                   f"up to RL step {step}: lower rl.optim.lr, check a custom loss, or resume from "
+                                   f"an earlier checkpoint")
+                tally.add(result)
+        return tally, max(1, rl.epochs * n_chunks), computed
 
     def evaluate(self) -> dict:
         """The policy now, on the evaluation splits (written to eval/step_N)."""

@@ -1,8 +1,9 @@
 """The actor protocol: what the trainer needs from a policy backend (single process, FSDP2, ...).
 
-The trainer hands the actor a loss function per micro-batch; the loss is already divided by the
-*global* count it is averaged over, so summing micro-batch gradients gives the same update
-whatever the micro-batch or rank split.
+The trainer hands the actor a loss function per micro-batch, returning the batch's loss and
+metrics (`agentrl.metrics.LossOutputs`); the loss is already divided by the *global* count it is
+averaged over, so summing micro-batch gradients gives the same update whatever the micro-batch or
+rank split.
 """
 
 from __future__ import annotations
@@ -13,24 +14,30 @@ from typing import Callable, Iterable, Protocol
 import torch
 
 from agentrl.actor.batch import TokenBatch
+from agentrl.metrics import LossOutputs, Tally
 
-LossFn = Callable[[TokenBatch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+LossFn = Callable[[TokenBatch], LossOutputs]
 
 
 def backward_all(work: list[tuple[TokenBatch, LossFn, float]], device, backward: Callable[[torch.Tensor, bool], None]
-                 ) -> dict[str, float]:
+                 ) -> Tally:
     """Every backend's gradient accumulation: for each (batch, loss_fn, scale) of `work`, the loss
     of the batch (moved to `device`) times `scale` goes to `backward(loss, last)` (`last` marks the
     final micro-batch, where gradients are synchronised); the metrics of the micro-batches with a
-    non-zero scale (not the zero-weighted repeats that pad a rank) are summed."""
-    totals: dict[str, float] = {}
+    non-zero scale (not the zero-weighted repeats that pad a rank) are tallied."""
+    tally = Tally()
     for i, (batch, loss_fn, scale) in enumerate(work):
-        loss, metrics = loss_fn(batch.to(device))
-        backward(loss * scale, i == len(work) - 1)
+        out = loss_fn(batch.to(device))
+        backward(out.loss * scale, i == len(work) - 1)
         if scale:
-            for key, value in metrics.items():
-                totals[key] = totals.get(key, 0.0) + float(value)
-    return totals
+            tally.add(out)
+    return tally
+
+
+def update_metrics(lr: float, grad_norm: float, skipped: bool) -> LossOutputs:
+    """What every backend adds to an optimiser step's tally."""
+    return LossOutputs(torch.zeros(()), per_update={"lr": lr, "grad_norm": grad_norm},
+                       counts={"skipped_updates": float(skipped)})
 
 
 class Actor(Protocol):
@@ -48,9 +55,10 @@ class Actor(Protocol):
         """(N, H): the final hidden state at each position that predicts a trained token."""
         ...
 
-    def optimizer_step(self, parts: list[tuple[list[TokenBatch], LossFn]]) -> dict[str, float]:
+    def optimizer_step(self, parts: list[tuple[list[TokenBatch], LossFn]]) -> Tally:
         """One optimiser step: for each (micro-batches, loss_fn) part accumulate the gradients of
-        loss_fn over its micro-batches; clip, step; returns the summed metrics."""
+        loss_fn over its micro-batches; clip, step; returns the metrics of every rank, with the
+        learning rate and gradient norm (per update) and whether the step was skipped (a count)."""
         ...
 
     def weights(self) -> Iterable[tuple[str, torch.Tensor]]:

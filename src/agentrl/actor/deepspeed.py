@@ -19,11 +19,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from agentrl.actor.base import backward_all
-from agentrl.actor.fsdp import TokenHead, call_root, padded_scores, padded_work, summed_over_ranks, write_plain_copy
+from agentrl.actor.base import backward_all, update_metrics
+from agentrl.actor.fsdp import TokenHead, call_root, padded_scores, padded_work, write_plain_copy
 from agentrl.actor.single import make_optimizer
 from agentrl.distributed import device
 from agentrl.errors import RunError
+from agentrl.metrics import LossOutputs, Tally
 
 
 class DeepSpeedActor:
@@ -69,12 +70,12 @@ class DeepSpeedActor:
         self.engine.backward(loss * self.world)
 
     def _idle_loss(self, batch):
-        return self.token_logprobs(batch)[0].sum(), {}
+        return LossOutputs(self.token_logprobs(batch)[0].sum())
 
-    def optimizer_step(self, parts) -> dict[str, float]:
+    def optimizer_step(self, parts) -> Tally:
         self.engine.train()
         lr = self.scheduler.get_last_lr()[0]
-        totals = backward_all(padded_work(parts, self._idle_loss), device(), self._backward)
+        tally = backward_all(padded_work(parts, self._idle_loss), device(), self._backward)
         self.engine.step()
         skipped = not self.engine.was_step_applied()  # a non-finite norm: gradients dropped, scheduler not stepped
         grad_norm = self.engine.get_global_grad_norm()  # before clipping
@@ -82,7 +83,7 @@ class DeepSpeedActor:
         if not skipped and not math.isfinite(grad_norm):  # applied all the same: stop now
             raise RunError(f"a non-finite gradient norm ({grad_norm}) reached the DeepSpeed optimiser, which "
                            f"applied it: resume from the last checkpoint with a lower rl.optim.lr")
-        return {**summed_over_ranks(totals), "lr": lr, "grad_norm": grad_norm, "skipped_updates": float(skipped)}
+        return tally.over_ranks().add(update_metrics(lr, grad_norm, skipped))
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The unsharded weights on every rank, named as in the plain HF model."""

@@ -28,10 +28,11 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_optimizer_state_dict)
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-from agentrl.actor.base import backward_all
+from agentrl.actor.base import backward_all, update_metrics
 from agentrl.actor.batch import LAYOUT, TokenBatch, TrainSample, collate
 from agentrl.actor.single import make_optimizer, response_logprobs, trained_hidden
 from agentrl.distributed import device
+from agentrl.metrics import LossOutputs, Tally
 from agentrl.models import load_shards
 
 
@@ -58,13 +59,6 @@ def padded_scores(actor, batches, temperature: float) -> list[torch.Tensor]:
     work = padded_work([(batches, None)], None)
     scores = [actor.token_logprobs(batch, temperature)[0] for batch, _, _ in work]
     return scores[:len(batches)]
-
-
-def summed_over_ranks(totals: dict[str, float]) -> dict[str, float]:
-    keys = sorted(totals)
-    summed = torch.tensor([totals[k] for k in keys], dtype=torch.float64, device=device())
-    dist.all_reduce(summed)
-    return dict(zip(keys, summed.tolist()))
 
 
 def write_plain_copy(model, full_state: dict, folder: Path) -> None:
@@ -130,11 +124,11 @@ class FSDPActor:
     def token_hidden(self, batch):
         return call_root(self.net, batch, hidden=True)
 
-    def optimizer_step(self, parts) -> dict[str, float]:
+    def optimizer_step(self, parts) -> Tally:
         """One update from every rank's (micro-batches, loss_fn) parts; metrics summed over ranks."""
         self.net.train()
         self.optimizer.zero_grad(set_to_none=True)
-        totals = backward_all(padded_work(parts, self._idle_loss), device(), self._backward)
+        tally = backward_all(padded_work(parts, self._idle_loss), device(), self._backward)
         grad_norm = torch.nn.utils.clip_grad_norm_([p for p in self.net.parameters() if p.requires_grad],
                                                    self.grad_clip)
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
@@ -143,14 +137,14 @@ class FSDPActor:
         if finite:
             self.optimizer.step()
             self.scheduler.step()
-        return {**summed_over_ranks(totals), "lr": lr, "grad_norm": float(grad_norm), "skipped_updates": float(not finite)}
+        return tally.over_ranks().add(update_metrics(lr, float(grad_norm), skipped=not finite))
 
     def _backward(self, loss: torch.Tensor, last: bool) -> None:
         self.net.set_requires_gradient_sync(last)
         (loss * self.world).backward()
 
     def _idle_loss(self, batch):
-        return self.token_logprobs(batch)[0].sum(), {}
+        return LossOutputs(self.token_logprobs(batch)[0].sum())
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The unsharded weights (every rank gets them), named as in the plain HF model."""

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from agentrl.actor.base import backward_all
+from agentrl.actor.base import backward_all, update_metrics
 from agentrl.actor.batch import TokenBatch, tree_attention
 from agentrl.distributed import model_device
 from agentrl.kernels import linear_logprob
@@ -74,24 +74,24 @@ class SingleActor:
     def token_hidden(self, batch):
         return trained_hidden(self.model, batch)
 
-    def optimizer_step(self, parts) -> dict[str, float]:
+    def optimizer_step(self, parts) -> Tally:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         for p in self.parameters:
             p.grad = None
         work = [(batch, loss_fn, 1.0) for batches, loss_fn in parts for batch in batches]
-        totals = backward_all(work, model_device(self.model), lambda loss, last: loss.backward())
+        tally = backward_all(work, model_device(self.model), lambda loss, last: loss.backward())
         for p, master in zip(self.parameters, self.master):
             if master is not p:  # one fp32 gradient at a time, the bf16 one freed
                 master.grad, p.grad = (None if p.grad is None else p.grad.float()), None
         grad_norm = torch.nn.utils.clip_grad_norm_(self.master, self.grad_clip)
-        totals["lr"] = self.scheduler.get_last_lr()[0]
+        lr = self.scheduler.get_last_lr()[0]
         finite = bool(torch.isfinite(grad_norm))  # a non-finite loss gives a non-finite norm too
         if finite:
             self.optimizer.step()
             self.scheduler.step()
             self._copy_master()
-        return {**totals, "grad_norm": float(grad_norm), "skipped_updates": float(not finite)}
+        return tally.add(update_metrics(lr, float(grad_norm), skipped=not finite))
 
     @torch.no_grad()
     def _copy_master(self) -> None:

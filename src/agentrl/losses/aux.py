@@ -18,9 +18,11 @@ from typing import Literal, Protocol
 import torch
 from pydantic import Field
 
+from agentrl.actor.base import LossFn
 from agentrl.actor.batch import TokenBatch, TrainSample
 from agentrl.components import Component
 from agentrl.config import Section
+from agentrl.metrics import LossOutputs
 from agentrl.registry import AUX_LOSSES
 
 
@@ -55,6 +57,17 @@ class AuxLoss(Protocol):
         """Per-token loss (N,) of the batch's trained tokens, from `actor.token_logprobs(batch)`
         or `actor.token_hidden(batch)`, and summed counts for metrics (divided by the token count)."""
         ...
+
+
+def aux_part(aux: AuxLoss, actor, n_tokens: float) -> LossFn:
+    """An auxiliary loss's part of an update: its per-token losses summed over its `n_tokens`
+    (every rank's share of this optimiser step), times its weight."""
+    def loss_fn(batch: TokenBatch) -> LossOutputs:
+        per_token, counts = aux.loss(actor, batch)
+        loss = per_token.sum() / n_tokens
+        return LossOutputs(aux.weight * loss, per_update={
+            f"aux/{aux.name}/loss": loss.detach(), **{f"aux/{aux.name}/{k}": v / n_tokens for k, v in counts.items()}})
+    return loss_fn
 
 
 class ChatSFTLoss(Component):

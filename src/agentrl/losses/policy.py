@@ -80,13 +80,18 @@ def seq_ratio(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
     return _clipped_objective(ratio, advantages, config)
 
 
-def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Schulman's k3 estimator of KL(pi || ref) per token ("low_var_kl"), clamped to +-10."""
-    log_ratio = torch.clamp(ref_logp - logp, -20, 20)
-    return torch.clamp(torch.exp(log_ratio) - log_ratio - 1, -10, 10)
+def k3(log_ratio: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 per token: r - 1 - log r with log r = log q(x) / p(x), an estimate of
+    KL(p || q) from samples x of p (unbiased, never negative)."""
+    return torch.exp(log_ratio) - log_ratio - 1
 
 
 # Per-token estimators of KL(pi || ref) from samples of pi (Schulman, "Approximating KL").
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """k3 of KL(pi || ref) ("low_var_kl"), clamped to +-10."""
+    return torch.clamp(k3(torch.clamp(ref_logp - logp, -20, 20)), -10, 10)
+
+
 def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """The log-ratio log pi - log ref per token (unbiased, high variance, can be negative)."""
     return logp - ref_logp

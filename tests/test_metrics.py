@@ -1,0 +1,74 @@
+"""An update's metrics: each kind reduced its own way over micro-batches, optimiser steps and ranks;
+the sampler check by hand."""
+
+import json
+import math
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from agentrl.losses.step import sampler_check, sampler_gap
+from agentrl.metrics import LossOutputs, Tally
+
+
+def outputs(per_token, per_update, counts, largest) -> LossOutputs:
+    return LossOutputs(torch.zeros(()), per_token=per_token, per_update=per_update, counts=counts, largest=largest)
+
+
+def test_each_kind_reduces_its_own_way():
+    tally = Tally()
+    tally.add(outputs({"pg": torch.tensor(3.0)}, {"lr": 0.1}, {"skipped": 1.0}, {"gap": torch.tensor(0.5)}))
+    tally.add(outputs({"pg": torch.tensor(5.0)}, {"lr": 0.3}, {"skipped": 0.0}, {"gap": torch.tensor(0.2)}))
+    report = tally.report(n_tokens=4, n_updates=2)
+    assert report == pytest.approx({"pg": 2.0, "lr": 0.2, "skipped": 1.0, "gap": 0.5})
+
+
+def test_parts_add_their_losses_and_keep_their_metrics():
+    a = LossOutputs(torch.tensor(1.5), per_token={"pg": 2.0})
+    b = LossOutputs(torch.tensor(-0.5), per_token={"entropy": 3.0}, largest={"gap": 1.0})
+    total = a + b
+    assert float(total.loss) == 1.0 and total.per_token == {"pg": 2.0, "entropy": 3.0} and total.largest == {"gap": 1.0}
+
+
+def test_the_sampler_gap_by_hand():
+    actor, sampler = torch.tensor([-1.0, -2.0, -0.5]), torch.tensor([-1.0, -1.5, -1.0])
+    log_ratio = [0.0, -0.5, 0.5]  # log p_actor / p_sampler
+    tally = Tally().add(sampler_check(actor[:2], sampler[:2])).add(sampler_check(actor[2:], sampler[2:]))
+    gap = sampler_gap(tally)
+    assert gap["rollout/logprob_diff_mean"] == pytest.approx(1 / 3)
+    assert gap["rollout/logprob_diff_max"] == pytest.approx(0.5)
+    # KL(sampler || actor) from tokens the sampler drew: mean of p_a/p_s - 1 - log(p_a/p_s)
+    assert gap["rollout/kl_sampler_actor"] == pytest.approx(sum(math.exp(r) - 1 - r for r in log_ratio) / 3)
+    assert not tally.counts and not tally.largest  # taken out of the update's other metrics
+    assert sampler_gap(Tally()) == {}  # a step without the check reports none
+
+
+def ranks_tally(rank, world, port, out_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        mine = ([outputs({"pg": 1.0}, {"aux": 0.25}, {}, {"gap": 0.1})] if rank == 0 else
+                [outputs({"pg": 2.0}, {"aux": 0.5}, {"tokens": 5.0}, {"gap": 0.7}),
+                 outputs({"pg": 4.0}, {}, {}, {"gap": 0.3})])
+        tally = Tally()
+        for out in mine:
+            tally.add(out)
+        total = tally.over_ranks()
+        (out_dir / f"rank{rank}.json").write_text(json.dumps(total.__dict__))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_sum_their_sums_and_take_the_largest_maximum(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(ranks_tally, args=(2, port, tmp_path), nprocs=2)
+    for rank in (0, 1):  # every rank holds the same totals; a metric rank 0 lacked counts as 0 there
+        total = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert total == {"per_token": {"pg": 7.0}, "per_update": {"aux": 0.75}, "counts": {"tokens": 5.0},
+                         "largest": {"gap": pytest.approx(0.7)}}
