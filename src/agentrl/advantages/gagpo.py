@@ -1,4 +1,5 @@
-"""GAGPO (seeds/gagpo.txt, section 3): critic-free GAE over environment steps.
+"""GAGPO (Zhu et al. 2026, "Generalized Advantage Grouped Policy Optimization", arXiv 2605.13217,
+section 3): critic-free GAE over environment steps.
 
 V(s) is the mean discounted return over the state group G(s) (the GiGPO anchor groups of the
 task group). delta_t = r_t + gamma * V(s_{t+1}) - V(s_t) with V = 0 after the last step, and

@@ -80,7 +80,8 @@ class CorrectionConfig(Section):
 
 
 class GCDAuxConfig(Section):
-    """GCD: the actor judges its own actions; GRPO on the judgments (REFERENCE section 4)."""
+    """GCD: the actor judges its own actions; GRPO on the judgments ("Rethinking Reward
+    Miscalibration of GRPO in Agentic RL")."""
 
     type: Literal["gcd"] = "gcd"
     """Auxiliary loss name in the registry."""
