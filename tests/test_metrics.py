@@ -37,7 +37,7 @@ def test_parts_add_their_losses_and_keep_their_metrics():
 def test_the_sampler_gap_by_hand():
     actor, sampler = torch.tensor([-1.0, -2.0, -0.5]), torch.tensor([-1.0, -1.5, -1.0])
     log_ratio = [0.0, -0.5, 0.5]  # log p_actor / p_sampler
-    tally = Tally().add(sampler_check(actor[:2], sampler[:2])).add(sampler_check(actor[2:], sampler[2:]))
+    tally = Tally().add(sampler_check(actor[:2] - sampler[:2])).add(sampler_check(actor[2:] - sampler[2:]))
     gap = sampler_gap(tally)
     assert gap["rollout/logprob_diff_mean"] == pytest.approx(1 / 3)
     assert gap["rollout/logprob_diff_max"] == pytest.approx(0.5)

@@ -240,6 +240,10 @@ def flat_weights(model) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
+def largest_change(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    return max((a[n] - b[n]).abs().max().item() for n in a)
+
+
 def two_rank_learn(rank, world, port, model_dir, out_dir):
     import os
 
@@ -326,10 +330,12 @@ def test_aborted_groups_are_left_out_of_the_update(choice_model_dir, tmp_path):
     with_abort, metrics = learn(crashed)
     without_group, _ = learn([t for t in played if t.group_id != 1])
     everything, _ = learn(played)
+    # Two updates on the same samples can differ in the last bits (seen: 1.9e-9, in one run of
+    # three under load, the process's first update); a group more or less moves them by ~1e-3.
     assert metrics["rollout/aborted"] == 1 and metrics["rollout/dropped_groups"] == 1
-    assert all(torch.equal(with_abort[n], without_group[n]) for n in initial)
-    assert any(not torch.equal(with_abort[n], initial[n]) for n in initial)  # the other groups trained
-    assert any(not torch.equal(everything[n], without_group[n]) for n in initial)  # group 1 mattered
+    assert largest_change(with_abort, without_group) < 1e-6
+    assert largest_change(with_abort, initial) > 1e-4  # the other groups trained
+    assert largest_change(everything, without_group) > 1e-4  # group 1 mattered
 
 
 def test_kl_in_reward_adds_each_actions_kl_to_its_penalty(choice_model_dir, tmp_path):

@@ -186,7 +186,8 @@ class RLTrainer:
         batch.metrics.update(sampler_gap(tally))
         self._hook("after_update", batch, timing)  # e.g. the critic's regression
         self.sampler.update_weights(self.actor.weights())
-        return self._metrics(trajectories, batch, aux_batches, tally.report(self._tokens(batch), n_updates),
+        trained = self._tokens(batch)
+        return self._metrics(trajectories, batch, aux_batches, tally.report(trained, n_updates), trained,
                              computed, timing)
 
     def _tokens(self, batch: StepBatch) -> float:
@@ -194,9 +195,9 @@ class RLTrainer:
         return self.rl.epochs * distributed.all_sum([sum(s.n_targets for s in batch.samples)])[0]
 
     def _metrics(self, trajectories: list, batch: StepBatch, aux_batches: dict, update: dict[str, float],
-                 computed: int, timing: dict) -> dict[str, float]:
+                 trained: float, computed: int, timing: dict) -> dict[str, float]:
         """The step's metrics: rollouts, hooks, advantages, the update's (actor/*, aux/*), tokens
-        and throughput, timings."""
+        (`trained`: the response tokens of every rank and epoch) and throughput, timings."""
         rl, flat = self.rl, [s.advantage for s in batch.steps]
         metrics = rollout_metrics(trajectories) | batch.metrics | advantage_metrics(flat)
         metrics.update({f"adv/{k}": v for k, v in batch.advantages.metrics.items()})
@@ -205,7 +206,7 @@ class RLTrainer:
             metrics.update({f"aux/{name}/{k}": v for k, v in aux_batch.metrics.items()})
         metrics["tokens/processed"] = rl.epochs * distributed.all_sum([sum(len(s.ids) for s in batch.samples)])[0]
         metrics["tokens/computed"] = distributed.all_sum([computed])[0]  # what the update's forward passes ran
-        metrics["tokens/response"] = float(self._tokens(batch) / rl.epochs)
+        metrics["tokens/response"] = float(trained / rl.epochs)
         # Tokens per second of all ranks together (each rank's time: they work side by side).
         generated = distributed.all_sum([sum(len(s.response_ids) for t in trajectories for s in t.steps)])[0]
         metrics["throughput/gen_tokens_per_s"] = generated / max(timing.get("gen", 0.0), 1e-9)
@@ -222,10 +223,9 @@ class RLTrainer:
                            lambda batches: self.actor.score_logprobs(batches, temperature), self.packing)
         tally = Tally()
         for sample, actor_logp in zip(batch.samples, found):
-            sampler_logp = torch.tensor(sample.old_logprobs)
-            tally.add(sampler_check(actor_logp.cpu(), sampler_logp))
+            log_ratio = actor_logp.float().cpu() - torch.tensor(sample.old_logprobs)  # log p_actor / p_sampler
+            tally.add(sampler_check(log_ratio))
             if rl.tis_cap is not None:
-                log_ratio = actor_logp.float().cpu() - sampler_logp  # log p_actor / p_sampler
                 sample.is_weight = torch.clamp(torch.exp(log_ratio), max=rl.tis_cap).tolist()
             sample.old_logprobs = actor_logp.tolist()
         batch.metrics.update(sampler_gap(tally.over_ranks()))

@@ -47,11 +47,12 @@ def entropy_part(entropy: torch.Tensor, batch: TokenBatch, coef: float) -> LossO
     return LossOutputs(loss, per_token={"entropy": entropy.sum().detach()})
 
 
-def sampler_check(logp: torch.Tensor, sampler_logp: torch.Tensor) -> LossOutputs:
-    """How far the actor's log-probs (N,) of the sampled tokens are from the sampler's: other
-    kernels, precision, a stale weight push. |log p_actor - log p_sampler| summed and its largest
-    value, and KL(sampler || actor) by k3 (the tokens were sampled from the sampler)."""
-    log_ratio = logp.detach().float() - sampler_logp.float()  # log p_actor / p_sampler
+def sampler_check(log_ratio: torch.Tensor) -> LossOutputs:
+    """How far the actor's log-probs of the sampled tokens are from the sampler's (`log_ratio`,
+    (N,): log p_actor - log p_sampler): other kernels, precision, a stale weight push.
+    |log_ratio| summed and its largest value, and KL(sampler || actor) by k3 (the tokens were
+    sampled from the sampler)."""
+    log_ratio = log_ratio.detach().float()
     largest = {"check/diff_max": log_ratio.abs().max()} if len(log_ratio) else {}
     return LossOutputs(log_ratio.new_zeros(()), largest=largest, counts={
         "check/n": len(log_ratio), "check/diff": log_ratio.abs().sum(), "check/k3": k3(log_ratio).sum()})
@@ -87,5 +88,5 @@ class StepLoss:
             if self.kl is not None:
                 out = out + kl_part(logp, batch, self.kl, rl.kl_coef)
             out = out + entropy_part(entropy, batch, rl.entropy_coef)
-            return out + sampler_check(logp, batch.old_logprobs) if check else out
+            return out + sampler_check(logp.detach().float() - batch.old_logprobs.float()) if check else out
         return loss_fn
