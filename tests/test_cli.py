@@ -313,6 +313,17 @@ def test_data_from_a_recipe_without_sft_or_rl_sections(tmp_path, capsys):
     assert main(["data", str(path), "--out", str(out), "--episodes", "3", "--set", "env.max_steps=12"]) == 0
     assert "settings changed (env.max_steps: 10 -> 12), redoing" in capsys.readouterr().err
     assert out.stat().st_mtime_ns != made
+    # Every other input of the data remakes it too, one change at a time (each kept for the next).
+    args = ["--episodes", "3", "--set", "env.max_steps=12"]
+    for change, key in ((["--episodes", "4"], "episodes: 3 -> 4"), (["--split", "l0"], "split: train -> l0"),
+                        (["--set", "seed=5"], "seed: 0 -> 5"),
+                        (["--set", "prompt.history_length=2"], "prompt.history_length: 1 -> 2"),
+                        (["--set", "sft.detours=0.2"], "sft.detours: 0.0 -> 0.2"),
+                        (["--set", "sft.keep_failed=true"], "sft.keep_failed: False -> True")):
+        args += change
+        assert main(["data", str(path), "--out", str(out), *args]) == 0
+        assert f"settings changed ({key}), redoing" in capsys.readouterr().err
+    assert len({json.loads(line)["task_id"] for line in out.read_text().splitlines()}) == 4  # the last --episodes
 
 
 def test_a_setting_added_since_at_its_old_behaviour_keeps_a_phase(tmp_path):

@@ -12,7 +12,7 @@ from scipy import stats as scipy_stats
 
 from agentrl import stats
 from agentrl.cli import main
-from agentrl.compare import Run, paired, read_run, summarize
+from agentrl.compare import Run, markdown, paired, read_run, summarize
 from agentrl.config import ConfigError
 from agentrl.rollout.records import read_trajectories
 
@@ -103,6 +103,74 @@ def test_paired_difference_is_taken_task_by_task_on_the_tasks_both_played():
     a = [Run(Path("a"), 1, {"l0": {"x": 1.0, "y": 0.0, "z": 1.0}})]
     b = [Run(Path("b"), 1, {"l0": {"x": 0.0, "y": 0.0}})]  # z aborted for b: left out of the pair
     assert paired(a, b, ["l0"])["l0"]["per_seed"] == pytest.approx([0.5])
+
+
+# --- the report, by hand ---------------------------------------------------------------------------
+def _row(report: str, pair: str) -> list[str]:
+    [line] = [row for row in report.splitlines() if row.startswith(f"| {pair} | L0 |")]
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_report_states_every_column_by_hand_in_both_directions():
+    # 10 tasks; seed by seed A wins 8 / 6 / 9 and B 6 / 5 / 5 (the first k tasks): paired
+    # differences +0.2 / +0.1 / +0.4. Resampling 3 seeds, the lowest mean 0.1 (1 in 27) and the
+    # highest 0.4 (1 in 27) lie beyond the 2.5% tails: the bootstrap interval is [0.1, 0.4], it
+    # excludes 0. The t-interval, mean 0.2333 +- t(.975, 2) x sd 0.1528 / sqrt(3), holds 0.
+    def runs(wins):
+        return [Run(Path(f"seed{seed}"), seed, {"l0": {f"t{t}": float(t < k) for t in range(10)}})
+                for seed, k in enumerate(wins)]
+
+    diffs = np.array([0.2, 0.1, 0.4])
+    mean, sd = diffs.mean(), diffs.std(ddof=1)
+    half = scipy_stats.t.ppf(0.975, 2) * sd / math.sqrt(3)
+    p_value = 2 * scipy_stats.t.sf(mean / (sd / math.sqrt(3)), 2)
+    within_var = np.mean([np.var([1.0] * d + [0.0] * (10 - d), ddof=1) / 10 for d in (2, 1, 4)])
+    between_var = sd ** 2 - within_var
+
+    def mdd(seeds, episodes_factor=1):
+        quantiles = scipy_stats.t.ppf(0.975, seeds - 1) + scipy_stats.t.ppf(0.8, seeds - 1)
+        return quantiles * math.sqrt((between_var + within_var / episodes_factor) / seeds)
+
+    def seeds_for(difference):
+        return next(n for n in range(2, 1000) if mdd(n) <= difference)
+
+    a, b = runs([8, 6, 9]), runs([6, 5, 5])
+    p_a = (3 + 2.5 + 3) / 9  # A's 0.8 and 0.9 beat every B rate; its 0.6 beats two and ties one
+    for first, second, sign in (("a", "b", 1), ("b", "a", -1)):
+        summary = summarize({first: a if sign == 1 else b, second: b if sign == 1 else a})
+        cells = _row(markdown(summary), f"{first} - {second}")
+        low, high = sorted((sign * 0.1, sign * 0.4))
+        t_low, t_high = sorted((sign * (mean - half), sign * (mean + half)))
+        poi = p_a if sign == 1 else 1 - p_a
+        poi_low, poi_high = summary["pairs"][f"{first} - {second}"]["l0"]["p_improvement_ci95"]
+        assert cells[2] == "3"
+        assert cells[3] == f"{sign * mean * 100:.1f} [{low * 100:.1f}, {high * 100:.1f}] *"
+        assert cells[4] == f"[{t_low * 100:.1f}, {t_high * 100:.1f}], {p_value:.3f}"  # no mark: it holds 0
+        assert cells[5] == f"{poi:.2f} [{poi_low:.2f}, {poi_high:.2f}]"
+        assert poi_low <= poi <= poi_high
+        assert cells[6] == ("3/3" if sign == 1 else "0/3")
+        assert cells[7] == f"{math.sqrt(between_var) * 100:.1f} / {math.sqrt(within_var) * 100:.1f}"
+        assert cells[8] == f"{mdd(3) * 100:.1f}"
+        assert cells[9] == " / ".join(f"{mdd(n) * 100:.1f}" for n in (5, 10, 20))
+        assert cells[10] == f"{mdd(3, 4) * 100:.1f}"
+        assert cells[11] == f"{seeds_for(mean)} / {seeds_for(0.05)}"
+    forward = summarize({"a": a, "b": b})["pairs"]["a - b"]["l0"]["p_improvement_ci95"]
+    backward = summarize({"b": b, "a": a})["pairs"]["b - a"]["l0"]["p_improvement_ci95"]
+    assert backward == pytest.approx((1 - forward[1], 1 - forward[0]))
+    assert forward[1] - forward[0] > 0.05  # an interval, not a point that would read the same both ways
+
+
+def test_report_marks_a_t_interval_only_where_it_excludes_0():
+    # The same gain at every seed but one: both intervals exclude 0 (a mark on each); one seed: no mark.
+    def runs(wins):
+        return [Run(Path(f"seed{seed}"), seed, {"l0": {f"t{t}": float(t < k) for t in range(10)}})
+                for seed, k in enumerate(wins)]
+
+    report = markdown(summarize({"a": runs([8, 7, 8, 7, 8]), "b": runs([5, 5, 5, 5, 6])}))
+    cells = _row(report, "a - b")
+    assert cells[3].endswith("] *") and cells[4].split(",")[1].endswith("] *")
+    single = _row(markdown(summarize({"a": runs([8]), "b": runs([5])})), "a - b")
+    assert not single[3].endswith("*") and "*" not in single[4]
 
 
 # --- a real comparison -----------------------------------------------------------------------------
@@ -219,6 +287,31 @@ def test_a_pipeline_folder_is_read_by_phase(tmp_path):
     shutil.rmtree(run / "rl")
     with pytest.raises(ConfigError, match="RL phase's evaluation is missing"):
         read_run(run)
+
+
+def test_an_aborted_evaluation_episode_is_neither_a_failure_nor_paired(tmp_path):
+    """An episode whose environment crashed says nothing about the method: it leaves the rate and
+    the pairs (counted as a failure it would be paired with the other method's outcome)."""
+    from agentrl.rollout.records import write_trajectories
+    from agentrl.rollout.types import Trajectory
+
+    def pipeline_run(name, outcomes):  # outcomes per task: True / False / "aborted"
+        run = tmp_path / name / "seed0"
+        (run / "eval" / "sft").mkdir(parents=True)
+        write_trajectories(run / "eval" / "sft" / "trajectories_l0.jsonl", [
+            Trajectory(f"l0-{i}", i, "t", [], success=won is True, aborted=won == "aborted")
+            for i, won in enumerate(outcomes)])
+        (run / "eval" / "sft" / "results.json").write_text(json.dumps({"l0": {}}))
+        (run / "phases.json").write_text("{}")
+        (run / "config.yaml").write_text("seed: 0\n")
+        return read_run(run, "sft")
+
+    a = pipeline_run("a", [True, "aborted", False, True])
+    b = pipeline_run("b", [False, True, False, False])
+    assert a.outcomes["l0"] == {"l0-0": 1.0, "l0-2": 0.0, "l0-3": 1.0}
+    summary = summarize({"a": [a], "b": [b]})
+    assert summary["methods"]["a"]["l0"]["mean"] == pytest.approx(2 / 3)
+    assert summary["pairs"]["a - b"]["l0"]["difference"] == pytest.approx(2 / 3)  # tasks 0, 2, 3
 
 
 def test_runs_compared_on_the_episode_return(tmp_path, capsys):

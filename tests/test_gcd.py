@@ -124,6 +124,30 @@ def optimist_dir(tiny_model_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def pessimist_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny model fine-tuned to call every action bad, with a reason."""
+    out = tmp_path_factory.mktemp("pessimist")
+    data = out / "data.jsonl"
+    prompts = [judge_prompt(s) for s in traj([f"room {i}" for i in range(8)]).steps]
+    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}, {
+        "role": "assistant", "content": "<think>a loop</think><verdict>bad</verdict>"}]}) + "\n" for p in prompts))
+    train_sft(load_model(tiny_model_dir), load_tokenizer(tiny_model_dir), data,
+              SFTConfig(epochs=30, batch_size=8, optim={"lr": 3e-3}), 0, out / "model")
+    return out / "model"
+
+
+def test_critiques_are_of_the_actions_rightly_called_bad(pessimist_dir):
+    """The pessimist calls both actions of a pair bad: right on the bad one (its critiques are
+    kept for correction, naming that action), wrong on the good one (nothing to learn from)."""
+    model, tokenizer = load_model(pessimist_dir), load_tokenizer(pessimist_dir)
+    config = GCDAuxConfig(pairs_per_step=4, group_size=3, sampling={"max_new_tokens": 48, "temperature": 0.0})
+    loss = GCDLoss(config, HFSampler(model, tokenizer), tokenizer, seed=0)
+    batch = loss.prepare([traj(["start", "A", "B", "A", "C"], success=True)], step=1)  # a0 bad, a4 good
+    assert batch.metrics["pairs"] == 2 and batch.metrics["judge_accuracy"] == 0.5
+    assert loss.critiques == [("a0", "a loop")] * 3
+
+
+@pytest.fixture(scope="module")
 def judge_server(optimist_dir):
     server = make_server(load_model(optimist_dir).eval(), load_tokenizer(optimist_dir))
     thread = threading.Thread(target=server.serve_forever, daemon=True)

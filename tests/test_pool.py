@@ -41,6 +41,36 @@ def test_the_time_limit_is_per_environment_of_a_worker():
                                "(rl.env_pool.reset_timeout_s = 0.6 each)"]
 
 
+
+def test_each_queued_message_is_timed_from_when_its_worker_begins_it():
+    """Async rollouts queue several messages on one worker: each gets its own limit (one per
+    environment it holds), counted from the answer before it, not from when it was sent, and a
+    hung message is judged by its own limit, not by that of a larger one queued behind it."""
+    import time
+
+    from agentrl.envs.latency import LatencyEnvConfig
+
+    def play(pool, messages):
+        observations = pool.reset({slot: f"train-{slot % 3}" for message in messages for slot in message})
+        start = time.monotonic()
+        for message in messages:
+            pool.submit("step", {slot: observations[slot].admissible_actions[0] for slot in message})
+        answers = {}
+        while pool.pending:
+            answers.update(pool.receive())
+        return answers, time.monotonic() - start
+
+    one_second = LatencyEnvConfig(step_median_s=1.0, step_sigma=0.0)
+    with EnvPool(one_second, EnvPoolConfig(workers=1, step_timeout_s=1.6)) as pool:
+        answers, _ = play(pool, [[0], [1], [2]])  # 3 s queued at once, 1 s each
+        assert all(answers.values()) and len(answers) == 3 and not pool.faults
+    hung = LatencyEnvConfig(step_median_s=10.0, step_sigma=0.0)
+    with EnvPool(hung, EnvPoolConfig(workers=1, step_timeout_s=0.5)) as pool:
+        answers, seconds = play(pool, [[0], [1, 2, 3, 4, 5]])  # 0.5 s for the first, 2.5 s for the second
+        assert answers == {slot: None for slot in range(6)} and seconds < 1.5
+        assert pool.faults == ["worker 0 did not answer a step of 1 environment(s) within the time limit "
+                               "(rl.env_pool.step_timeout_s = 0.5 each)"]
+
 # --- faults: real worker processes, killed or frozen with real signals --------------------------
 import os
 import signal

@@ -103,6 +103,27 @@ def test_gold_paths_score_100_across_tasks(env):
     assert len(solved) >= len(games) - 1, f"gold paths solved {solved} of {games}"
 
 
+def test_the_notebook_keeps_the_rooms_and_the_moves_a_window_loses(env):
+    """env.memory: the notebook follows the agent from room to room and keeps the moves that were
+    carried out (not getting about or looking around), in order; what the engine did not
+    understand is not a move."""
+    env.memory = True
+    try:
+        first = env.reset("find-living-thing/202")
+        assert first.memory == "In: bathroom. Been in: bathroom. Done: nothing yet."
+        assert env.gold[:7] == ["open door to kitchen", "go to kitchen", "open door to outside", "go to outside",
+                                "look around", "focus on common toad", "pick up common toad"]
+        for action in [*env.gold[:6], "fly to the moon", "inventory"]:
+            result = env.step(action)
+        assert result.observation.memory == ("In: outside. Been in: bathroom, kitchen, outside. "
+                                             "Done: focus on common toad.")
+        assert env.step("go to kitchen").observation.memory.startswith("In: kitchen. Been in: bathroom, kitchen, outside.")
+        env.memory = False
+        assert env.reset("find-living-thing/202").memory is None
+    finally:
+        env.memory = False
+
+
 def test_prompt_listing_stays_in_budget(env):
     obs = env.reset(env.split_tasks("l1")[0])
     assert len(obs.admissible_actions) > 50 and "reset task" not in obs.admissible_actions

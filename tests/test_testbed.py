@@ -31,6 +31,55 @@ def test_expert_solves_every_split_in_the_shortest_number_of_steps(knobs):
     assert make_env(load_config("recipes/testbed.yaml").env).config.horizon == 4  # the recipe builds it
 
 
+@pytest.mark.parametrize("split", ["train", "l0", "l1", "l2"])
+def test_each_knob_sets_what_it_says_on_every_split(split):
+    """What each knob sets, read from the corridors and what the agent is shown, split by split
+    (an expert solves a corridor whatever its knobs did)."""
+    env = testbed.TestbedEnv(horizon=6, doors=3, hint_rate=0.3, distractors=2, key_choices=3, delay=2, slack=5,
+                             l2_extra_rooms=3)
+    rooms = 6 + (3 if split == "l2" else 0)
+    hinted = []
+    for task_id in env.split_tasks(split)[:100]:
+        obs = env.reset(task_id)
+        corridor = env.corridor
+        assert len(corridor.rooms) == rooms and env.task_type(task_id) == f"corridor_{rooms}"
+        assert corridor.key_room == rooms - 1 - 2  # `delay` rooms between the key's room and the chest's
+        assert len(corridor.keys) == 3 and corridor.goal in corridor.keys
+        assert env.limit == rooms + 5 + 1
+        for room, (doors, way, hint, objects) in enumerate(corridor.rooms):
+            assert len(set(doors)) == 3 and way in doors and len(set(objects)) == 2
+            assert env.room == room and obs.text.startswith(f"You are in room {room + 1}.")
+            shown = [a for a in obs.admissible_actions if a.startswith(("go through", "examine", "take"))]
+            last = room == rooms - 1
+            assert len(shown) == (0 if last else 3) + 2 + (3 if room == corridor.key_room else 0)
+            assert ("draft" in obs.text) == (hint and not last) and ("Keys lie" in obs.text) == (room == corridor.key_room)
+            hinted.append(hint)
+            action = env.expert_action()[1]
+            if action.startswith("take"):
+                obs = env.step(action).observation
+                action = env.expert_action()[1]
+            obs = env.step(action).observation
+    assert 0.2 < sum(hinted) / len(hinted) < 0.4
+
+
+def test_a_tasks_demonstration_is_the_same_in_every_run():
+    """The noisy demonstrator's choices derive from the task id: another instance, playing the
+    tasks in another order, demonstrates the same moves."""
+    def demonstration(env, task_id):
+        env.reset(task_id)
+        moves, result = [], None
+        while result is None or not result.done:
+            moves.append(env.expert_action()[1])
+            result = env.step(moves[-1])
+        return moves, result.success
+
+    first, second = (testbed.TestbedEnv(key_choices=4, expert_key_noise=0.5) for _ in range(2))
+    tasks = first.split_tasks("train")[:60]
+    played = [demonstration(first, t) for t in tasks]
+    assert played == [demonstration(second, t) for t in reversed(tasks)][::-1]
+    assert 8 <= sum(not success for _, success in played) <= 40  # a wrong key: half x 3 in 4 of the tasks
+
+
 def test_splits_are_unseen_compositions():
     env = testbed.TestbedEnv(horizon=3, l2_extra_rooms=2)
     goals = {split: {env.reset(t).task.split(" the ")[-1].split()[0] for t in env.split_tasks(split)}

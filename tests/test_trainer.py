@@ -207,14 +207,38 @@ def test_nthr_runs_inside_the_update(tiny_model_dir, tmp_path):
     assert "timing_s/advantage" in metrics
 
 
-def test_coupling_lab_runs_inside_training(tiny_model_dir, tmp_path):
-    config = small_config(tmp_path, 1, coupling_every=1)
-    trainer = RLTrainer(config, str(tiny_model_dir), tmp_path)
-    try:
-        metrics = trainer.train_step()
-    finally:
-        trainer.close()
-    assert "timing_s/coupling" in metrics
+def test_coupling_lab_metrics_join_the_step_metrics_on_its_steps(tiny_model_dir, tmp_path):
+    """rl.coupling_every: 2 measures the coupling on the even steps' own labelled rollouts (here
+    the household's expert and a random player, whose moves the environment labels), and its
+    numbers are among the metrics the step reports (and the run logs), not only computed."""
+    from agentrl.config import PromptConfig
+    from agentrl.data import play
+    from agentrl.envs import make_env
+    from agentrl.envs.household.env import HouseholdEnvConfig
+    from agentrl.rollout.collect import encode_prompt
+
+    env, rng = make_env(HouseholdEnvConfig()), random.Random(1)
+    config = small_config(tmp_path, 2, coupling_every=2, old_logprobs="actor")
+    with RLTrainer(config, str(tiny_model_dir), tmp_path) as trainer:
+        def played(step):
+            trajectories = []
+            for i, task in enumerate(env.split_tasks("train")[:4]):
+                expert = i % 2 == 1
+                t = play(env, task, PromptConfig(template=COMPACT, history_length=1),
+                         lambda obs: env.expert_action()[1] if expert else rng.choice(obs.admissible_actions))  # noqa: B023
+                t.group_id = (step - 1) * 2 + i // 2
+                for s in t.steps:
+                    s.response = f"<think>ok</think><action>{s.action}</action>"
+                    s.prompt_ids = encode_prompt(trainer.tokenizer, s.prompt)
+                    s.response_ids = trainer.tokenizer(s.response, add_special_tokens=False).input_ids
+                    s.logprobs = [0.0] * len(s.response_ids)
+                trajectories.append(t)
+            return trajectories
+
+        first, second = trainer.learn(played(1), 1), trainer.learn(played(2), 2)
+    assert not any(k.startswith("coupling/") for k in first)
+    assert {"coupling/grad_cos_pos_neg", "coupling/influence_gap", "coupling/separation"} <= set(second)
+    assert -1 <= second["coupling/grad_cos_pos_neg"] <= 1
 
 
 def test_vllm_sampler_without_vllm_names_the_fix(tiny_model_dir, tmp_path):
@@ -373,6 +397,38 @@ def test_kl_in_reward_adds_each_actions_kl_to_its_penalty(choice_model_dir, tmp_
             steps = sorted((s for t in trajectories if t.group_id == group and t.episode_reward == reward
                             for s in t.steps), key=lambda s: s.penalty)
             assert [s.advantage for s in steps] == sorted((s.advantage for s in steps), reverse=True)
+
+
+def test_the_kl_reference_under_lora_is_the_frozen_base_model(choice_model_dir, tmp_path):
+    """With LoRA there is no second copy: the reference is the policy with its adapters off. The
+    KL penalty is measured against the base model as loaded, not against the adapted policy."""
+    import twostep
+
+    from agentrl.actor.batch import TrainSample, collate
+    from agentrl.actor.single import response_logprobs
+    from agentrl.losses.policy import kl_k3
+    from agentrl.models import load_model
+
+    config = twostep.config(tmp_path, temperature=0.8, kl_coef=0.5, kl_in_reward=True, kl_estimator="k3",
+                            actor={"lora": {"r": 4, "alpha": 8}})
+    base = load_model(str(choice_model_dir)).eval()
+    with RLTrainer(config, str(choice_model_dir), tmp_path) as trainer:
+        torch.manual_seed(0)
+        with torch.no_grad():  # the adapters leave B = 0: the policy leaves its base
+            for name, p in trainer.model.named_parameters():
+                if "lora_B" in name:
+                    p.add_(0.5 * torch.randn_like(p))
+        trajectories = trainer.rollout(1)
+        invalid = {id(s): 0.0 if s.valid else config.prompt.invalid_penalty for t in trajectories for s in t.steps}
+        trainer.learn(trajectories, 1)
+    kls = []
+    for s in (s for t in trajectories for s in t.steps):
+        batch = collate([TrainSample.from_turn(s.prompt_ids, s.response_ids)], 0)
+        with torch.no_grad():
+            ref, _ = response_logprobs(base, batch, config.sampling.temperature)
+        kls.append(kl_k3(torch.tensor(s.logprobs), ref).sum().item())
+        assert s.penalty == pytest.approx(invalid[id(s)] + 0.5 * kls[-1], rel=1e-4, abs=1e-6)
+    assert sum(kls) / len(kls) > 1e-3  # the adapted policy is measurably away from its base
 
 
 def test_entropy_bonus_raises_the_entropy(choice_model_dir, tmp_path):
@@ -575,6 +631,8 @@ def test_sampler_actor_gap_is_measured_and_old_logprobs_and_tis_follow_the_choic
 
     honest_actor, actor_old = first_step(old_logprobs="actor")
     assert abs(actor_old["actor/kl_old"]) < 1e-4  # recomputed old log-probs: ratio 1 again
+    assert actor_old["rollout/logprob_diff_mean"] == pytest.approx(0.5, abs=1e-4)  # the actor against the sampler
+    assert actor_old["rollout/kl_sampler_actor"] == pytest.approx(math.exp(-0.5) - 1 + 0.5, abs=1e-4)
     honest_tis, _ = first_step(old_logprobs="actor", tis_cap=0.3)  # the same rollouts: weights min(1, 0.3)
     assert honest_actor["actor/grad_norm"] > 1e-3  # one update: its gradient is scaled by exactly 0.3
     assert honest_tis["actor/grad_norm"] == pytest.approx(0.3 * honest_actor["actor/grad_norm"], rel=1e-3)

@@ -24,7 +24,9 @@ import itertools
 import json
 import logging
 import os
+import re
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -64,9 +66,49 @@ class ScienceWorldEnvConfig(Section):
     time for some variations (inclined-plane-*); false skips it (no expert, progress unknown)."""
     train_task_types: list[str] | None = None
     """Task names the train split keeps (None: all of its types); the evaluation splits keep all."""
+    memory: bool = False
+    """Give each observation the episode's notebook (the room the agent is in, the rooms it has
+    been in, the moves the engine carried out), for the prompt's {memory} field."""
 
 
 NOT_UNDERSTOOD = "No known action matches that input."
+ARRIVED = re.compile(r"You (?:move|teleport) to the (.+?)\.")
+ROOM = re.compile(r"called the (.+?)\.")
+NOT_NOTED = ("open door to ", "go to ", "teleport to ", "look around", "inventory", "task")
+
+
+@dataclass
+class Notebook:
+    """What one episode has shown the agent: where it is, the rooms it has been in (in the order
+    it came), and the moves the engine carried out other than getting about and looking around
+    (the last `keep`): a plan's progress, which a window of the last steps loses."""
+
+    room: str
+    visited: list[str]
+    done: list[str] = field(default_factory=list)
+    keep: int = 12
+
+    @classmethod
+    def start(cls, first_observation: str) -> Notebook:
+        found = ROOM.search(first_observation)
+        room = found.group(1) if found else "unknown"
+        return cls(room, [room])
+
+    def record(self, action: str | None, feedback: str) -> None:
+        """Update from the agent's move and the engine's answer."""
+        if action is None or feedback.startswith(NOT_UNDERSTOOD):
+            return
+        arrived = ARRIVED.match(feedback)
+        if arrived:
+            self.room = arrived.group(1)
+            if self.room not in self.visited:
+                self.visited.append(self.room)
+        elif not action.startswith(NOT_NOTED):
+            self.done = (self.done + [action])[-self.keep:]
+
+    def text(self) -> str:
+        return (f"In: {self.room}. Been in: {', '.join(self.visited)}. "
+                f"Done: {'; '.join(self.done) or 'nothing yet'}.")
 SPLIT_FILES = {"l0": "L0_idx.json", "l1": "L1_idx.json", "l2": "L2_idx.json"}
 
 
@@ -91,14 +133,14 @@ class ScienceWorldEnv:
     def __init__(self, splits_dir: str | None = None, train_split: str = "l0", max_steps: int = 30,
                  simplification: str = "easy", jvm_heap: str = "512m", objects_budget: int = 1500,
                  valid_actions: bool = False, jvm_options: str = "", gold_path: bool = True,
-                 train_task_types: list[str] | None = None):
+                 train_task_types: list[str] | None = None, memory: bool = False):
         from scienceworld import ScienceWorldEnv as Engine
 
         logging.getLogger("py4j").setLevel(logging.CRITICAL)  # a dead JVM floods the log otherwise
         self.splits_dir = Path(splits_dir) if splits_dir else None
         self.train_split, self.max_steps = train_split, max_steps
         self.simplification, self.objects_budget, self.valid_actions = simplification, objects_budget, valid_actions
-        self.gold_path, self.train_task_types = gold_path, train_task_types
+        self.gold_path, self.train_task_types, self.memory = gold_path, train_task_types, memory
         previous = os.environ.get("JAVA_TOOL_OPTIONS")
         os.environ["JAVA_TOOL_OPTIONS"] = f"-Xmx{jvm_heap} {jvm_options}".strip()  # read by the JVM launched now
         try:
@@ -156,6 +198,7 @@ class ScienceWorldEnv:
         self.gold = self._strings(self._server.getGoldActionSequence()) if self.gold_path else []
         self.expert_step = 0
         self.task = self._server.freeActionTaskDesc().strip()
+        self.notebook = Notebook.start(text)
         return self._observation(text)
 
     def step(self, action: str | None) -> StepResult:
@@ -171,6 +214,7 @@ class ScienceWorldEnv:
             self.score = int(round(100 * self._server.getScore()))  # the engine's 0..1 as 0..100
             engine_done = bool(self._server.getCompleted())
         reward = self.score - previous
+        self.notebook.record(action, text)
         understood = action is not None and not text.startswith(NOT_UNDERSTOOD)
         success = self.score >= 100
         done = success or engine_done or self.score < 0 or self.steps >= self.max_steps
@@ -204,7 +248,8 @@ class ScienceWorldEnv:
         valid = ([a for a in self._strings(self._server.getValidActionObjectCombinations()) if a != "reset task"]
                  if self.valid_actions else [])
         return Observation(text=text, task=self.task, admissible_actions=valid, anchor=text,
-                           info={"task_type": self.task_type(self.task_id), "objects": names}, actions_text=listing)
+                           info={"task_type": self.task_type(self.task_id), "objects": names}, actions_text=listing,
+                           memory=self.notebook.text() if self.memory else None)
 
     # --- expert --------------------------------------------------------------------------------
     def expert_action(self) -> tuple[str, str]:
