@@ -154,6 +154,14 @@ def test_report_states_every_column_by_hand_in_both_directions():
         assert cells[9] == " / ".join(f"{mdd(n) * 100:.1f}" for n in (5, 10, 20))
         assert cells[10] == f"{mdd(3, 4) * 100:.1f}"
         assert cells[11] == f"{seeds_for(mean)} / {seeds_for(0.05)}"
+    # The methods' own rows: A's rates 0.8 / 0.6 / 0.9 (bootstrap [0.6, 0.9], as above; the IQM of
+    # 3 seeds trims none), and the same training / evaluation split of their spread.
+    report = markdown(summarize({"a": a, "b": b})).splitlines()
+    a_sd = np.std([0.8, 0.6, 0.9], ddof=1)
+    a_within = np.mean([np.var([1.0] * k + [0.0] * (10 - k), ddof=1) / 10 for k in (8, 6, 9)])
+    assert "| a | 3 | 76.7 [60.0, 90.0] (76.7) |" in report
+    assert f"| a | 0, 1, 2 | 80 / 60 / 90 | {math.sqrt(a_sd ** 2 - a_within) * 100:.1f} / {math.sqrt(a_within) * 100:.1f} |" \
+        in report
     forward = summarize({"a": a, "b": b})["pairs"]["a - b"]["l0"]["p_improvement_ci95"]
     backward = summarize({"b": b, "a": a})["pairs"]["b - a"]["l0"]["p_improvement_ci95"]
     assert backward == pytest.approx((1 - forward[1], 1 - forward[0]))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.envs.scienceworld import ScienceWorldEnv
+from agentrl.envs.scienceworld.env import ScienceWorldEnvConfig
 
 from conftest import java_processes
 
@@ -122,6 +123,29 @@ def test_the_notebook_keeps_the_rooms_and_the_moves_a_window_loses(env):
         assert env.reset("find-living-thing/202").memory is None
     finally:
         env.memory = False
+
+
+def test_the_teleporting_expert_goes_straight_where_the_gold_path_walks(env):
+    """env.expert_teleports: each walk of the gold path (open door to X, go to X, repeated) is one
+    teleport to where it ends; the rest is the gold path. On the engine the shorter path scores 100."""
+    from agentrl.envs.scienceworld.env import teleported
+
+    assert teleported(["open door to kitchen", "go to kitchen", "open door to outside", "go to outside", "look around",
+                       "open door to greenhouse", "focus on bee", "open door to hallway", "go to hallway"]) == [
+        "teleport to outside", "look around", "open door to greenhouse", "focus on bee", "teleport to hallway"]
+    env.expert_teleports = True
+    try:
+        env.reset("find-living-thing/202")
+        assert env.gold[:4] == ["teleport to outside", "look around", "focus on common toad", "pick up common toad"]
+        for steps in range(1, 20):
+            result = env.step(env.expert_action()[1])
+            if result.done:
+                break
+        assert result.success and steps == len(env.gold) < 14  # the gold path walks 14 steps
+    finally:
+        env.expert_teleports = False
+    with pytest.raises(ValueError, match="env.expert_teleports"):
+        ScienceWorldEnvConfig(simplification="", expert_teleports=True)
 
 
 def test_prompt_listing_stays_in_budget(env):
