@@ -51,7 +51,8 @@ class TinyModelConfig(Section):
 class PromptConfig(Section):
     template: str = DEFAULT_TEMPLATE
     """Per-step prompt; placeholders {task} {step} {history} {observation} {actions} {memory}
-    (the environment's record of the episode, where it keeps one: ALFWorld's `env.memory`)."""
+    (the environment's record of the episode, where it keeps one: `env.memory` of ALFWorld and
+    ScienceWorld)."""
     history_length: int = Field(2, ge=0)
     """How many past (observation, action) pairs the prompt shows."""
     require_think: bool = True
