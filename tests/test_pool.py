@@ -61,13 +61,13 @@ def test_each_queued_message_is_timed_from_when_its_worker_begins_it():
         return answers, time.monotonic() - start
 
     one_second = LatencyEnvConfig(step_median_s=1.0, step_sigma=0.0)
-    with EnvPool(one_second, EnvPoolConfig(workers=1, step_timeout_s=1.6)) as pool:
+    with EnvPool(one_second, EnvPoolConfig(workers=1, step_timeout_s=2.0)) as pool:
         answers, _ = play(pool, [[0], [1], [2]])  # 3 s queued at once, 1 s each
         assert all(answers.values()) and len(answers) == 3 and not pool.faults
     hung = LatencyEnvConfig(step_median_s=10.0, step_sigma=0.0)
     with EnvPool(hung, EnvPoolConfig(workers=1, step_timeout_s=0.5)) as pool:
         answers, seconds = play(pool, [[0], [1, 2, 3, 4, 5]])  # 0.5 s for the first, 2.5 s for the second
-        assert answers == {slot: None for slot in range(6)} and seconds < 1.5
+        assert answers == {slot: None for slot in range(6)} and seconds < 2.0
         assert pool.faults == ["worker 0 did not answer a step of 1 environment(s) within the time limit "
                                "(rl.env_pool.step_timeout_s = 0.5 each)"]
 
