@@ -111,13 +111,17 @@ def test_the_notebook_keeps_the_rooms_and_the_moves_a_window_loses(env):
     env.memory = True
     try:
         first = env.reset("find-living-thing/202")
+        assert "called the bathroom" in first.text
         assert first.memory == "In: bathroom. Been in: bathroom. Done: nothing yet."
-        assert env.gold[:7] == ["open door to kitchen", "go to kitchen", "open door to outside", "go to outside",
-                                "look around", "focus on common toad", "pick up common toad"]
+        # Which animal the gold path picks varies between JVMs (the engine lists objects in
+        # varying order); the way there does not.
+        assert env.gold[:5] == ["open door to kitchen", "go to kitchen", "open door to outside", "go to outside",
+                                "look around"]
+        focus = env.gold[5]
+        assert focus.startswith("focus on ")
         for action in [*env.gold[:6], "fly to the moon", "inventory"]:
             result = env.step(action)
-        assert result.observation.memory == ("In: outside. Been in: bathroom, kitchen, outside. "
-                                             "Done: focus on common toad.")
+        assert result.observation.memory == f"In: outside. Been in: bathroom, kitchen, outside. Done: {focus}."
         assert env.step("go to kitchen").observation.memory.startswith("In: kitchen. Been in: bathroom, kitchen, outside.")
         env.memory = False
         assert env.reset("find-living-thing/202").memory is None
@@ -136,7 +140,7 @@ def test_the_teleporting_expert_goes_straight_where_the_gold_path_walks(env):
     env.expert_teleports = True
     try:
         env.reset("find-living-thing/202")
-        assert env.gold[:4] == ["teleport to outside", "look around", "focus on common toad", "pick up common toad"]
+        assert env.gold[:2] == ["teleport to outside", "look around"] and env.gold[2].startswith("focus on ")
         for steps in range(1, 20):
             result = env.step(env.expert_action()[1])
             if result.done:
