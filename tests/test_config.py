@@ -140,6 +140,7 @@ SAVED = Path(__file__).resolve().parent / "data" / "saved-configs"
 ADDED_SINCE = {  # (section, its type or None for any, field): fields added after these files were saved, at their defaults
     ("eval", None, "initial"): True, ("init", None, "corpus"): None,
     ("env", "scienceworld", "gold_path"): True, ("env", "scienceworld", "train_task_types"): None,
+    ("env", "scienceworld", "expert_teleports"): False, ("env", "scienceworld", "memory"): False,
     ("rl", None, "mini_batch_order"): "shuffled",
     ("env", "alfworld", "grouped_actions"): False, ("env", "alfworld", "memory"): False, ("sft", None, "dagger"): None,
     ("sampling", None, "retries"): 0, ("eval.sampling", None, "retries"): 0, ("rl.aux.0.sampling", None, "retries"): 0,

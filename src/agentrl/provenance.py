@@ -74,7 +74,7 @@ def plugin_fingerprints(config: Config) -> dict[str, str]:
     return out
 
 
-OLD_BEHAVIOUR = {"rl.mini_batch_order": "shuffled"}
+OLD_BEHAVIOUR = {"rl.mini_batch_order": "shuffled", "env.memory": False, "env.expert_teleports": False}
 """Settings added since runs were first recorded whose default is not None, each with the value
 that does what runs recorded without it did."""
 
