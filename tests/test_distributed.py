@@ -1,10 +1,12 @@
 """Data-parallel actors with real torch.distributed (gloo, 2 processes): the same global batch
 gives the same update as one process, and sharded checkpoints restore exactly."""
 
+import functools
 import json
 import math
 import os
 import socket
+import sys
 
 import pytest
 import torch
@@ -69,6 +71,20 @@ def make_actor(backend, model, optim=OPTIM):
     return DeepSpeedActor(model, optim, stage=int(backend[-1]))
 
 
+def leaves_like_a_launched_rank(rank_fn):
+    """A spawned rank that returned leaves with os._exit(0), as a launched rank does
+    (`agentrl.cli.entry`): the interpreter's teardown of gloo's C++ objects can abort it
+    ("terminate called without an active exception", issue 27; seen in the suite under load)."""
+    @functools.wraps(rank_fn)
+    def run(*args):
+        rank_fn(*args)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return run
+
+
+@leaves_like_a_launched_rank
 def actor_rank(rank, world, port, model_dir, out_dir, lora, backend):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))
@@ -119,6 +135,7 @@ def sampler_sees_the_update(actor, model_dir, lora):
         assert (stale_logp - actor_logp.cpu()).abs().max() > 2e-3
 
 
+@leaves_like_a_launched_rank
 def skip_rank(rank, world, port, model_dir, backend):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))
@@ -217,6 +234,7 @@ class PeakResidentMemory:
         return max(self.peak, self.now()) - self.start
 
 
+@leaves_like_a_launched_rank
 def startup_rank(rank, world, port, model_dir, out_dir, empty):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))
