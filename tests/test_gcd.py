@@ -110,30 +110,28 @@ def test_gcd_loss_trains_only_judgment_tokens(tiny_model_dir):
     assert torch.equal(touched, batch.mask[:, 1:])
 
 
-@pytest.fixture(scope="module")
-def optimist_dir(tiny_model_dir, tmp_path_factory):
-    """The tiny model fine-tuned to answer every judge prompt with a "good" verdict."""
-    out = tmp_path_factory.mktemp("optimist")
+def judge_answering(reply: str, tiny_model_dir, out):
+    """The tiny model fine-tuned to answer every judge prompt with `reply`."""
     data = out / "data.jsonl"
     prompts = [judge_prompt(s) for s in traj([f"room {i}" for i in range(8)]).steps]
     data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}, {
-        "role": "assistant", "content": "<verdict>good</verdict>"}]}) + "\n" for p in prompts))
+        "role": "assistant", "content": reply}]}) + "\n" for p in prompts))
     train_sft(load_model(tiny_model_dir), load_tokenizer(tiny_model_dir), data,
               SFTConfig(epochs=30, batch_size=8, optim={"lr": 3e-3}), 0, out / "model")
     return out / "model"
+
+
+@pytest.fixture(scope="module")
+def optimist_dir(tiny_model_dir, tmp_path_factory):
+    """Calls every action good."""
+    return judge_answering("<verdict>good</verdict>", tiny_model_dir, tmp_path_factory.mktemp("optimist"))
 
 
 @pytest.fixture(scope="module")
 def pessimist_dir(tiny_model_dir, tmp_path_factory):
-    """The tiny model fine-tuned to call every action bad, with a reason."""
-    out = tmp_path_factory.mktemp("pessimist")
-    data = out / "data.jsonl"
-    prompts = [judge_prompt(s) for s in traj([f"room {i}" for i in range(8)]).steps]
-    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}, {
-        "role": "assistant", "content": "<think>a loop</think><verdict>bad</verdict>"}]}) + "\n" for p in prompts))
-    train_sft(load_model(tiny_model_dir), load_tokenizer(tiny_model_dir), data,
-              SFTConfig(epochs=30, batch_size=8, optim={"lr": 3e-3}), 0, out / "model")
-    return out / "model"
+    """Calls every action bad, with a reason."""
+    return judge_answering("<think>a loop</think><verdict>bad</verdict>", tiny_model_dir,
+                           tmp_path_factory.mktemp("pessimist"))
 
 
 def test_critiques_are_of_the_actions_rightly_called_bad(pessimist_dir):

@@ -88,5 +88,5 @@ class StepLoss:
             if self.kl is not None:
                 out = out + kl_part(logp, batch, self.kl, rl.kl_coef)
             out = out + entropy_part(entropy, batch, rl.entropy_coef)
-            return out + sampler_check(logp.detach().float() - batch.old_logprobs.float()) if check else out
+            return out + sampler_check(logp - batch.old_logprobs) if check else out
         return loss_fn

@@ -85,10 +85,11 @@ class ScienceWorldEnvConfig(Section):
 
 
 NOT_UNDERSTOOD = "No known action matches that input."
-OPEN_DOOR, GO = "open door to ", "go to "
+SPLIT_FILES = {"l0": "L0_idx.json", "l1": "L1_idx.json", "l2": "L2_idx.json"}
+OPEN_DOOR, GO, TELEPORT = "open door to ", "go to ", "teleport to "
 ARRIVED = re.compile(r"You (?:move|teleport) to the (.+?)\.")
 ROOM = re.compile(r"called the (.+?)\.")
-NOT_NOTED = ("open door to ", "go to ", "teleport to ", "look around", "inventory", "task")
+NOT_NOTED = (OPEN_DOOR, GO, TELEPORT, "look around", "inventory", "task")
 
 
 def teleported(gold: list[str]) -> list[str]:
@@ -99,7 +100,7 @@ def teleported(gold: list[str]) -> list[str]:
         while j + 1 < len(gold) and gold[j].startswith(OPEN_DOOR) and gold[j + 1] == GO + gold[j][len(OPEN_DOOR):]:
             j += 2
         if j > i:
-            out.append("teleport to " + gold[j - 1][len(GO):])
+            out.append(TELEPORT + gold[j - 1][len(GO):])
             i = j
         else:
             out.append(gold[i])
@@ -139,7 +140,6 @@ class Notebook:
     def text(self) -> str:
         return (f"In: {self.room}. Been in: {', '.join(self.visited)}. "
                 f"Done: {'; '.join(self.done) or 'nothing yet'}.")
-SPLIT_FILES = {"l0": "L0_idx.json", "l1": "L1_idx.json", "l2": "L2_idx.json"}
 
 
 def read_split(path: Path, part: str) -> list[tuple[int, int]]:
@@ -170,8 +170,8 @@ class ScienceWorldEnv:
         self.splits_dir = Path(splits_dir) if splits_dir else None
         self.train_split, self.max_steps = train_split, max_steps
         self.simplification, self.objects_budget, self.valid_actions = simplification, objects_budget, valid_actions
-        self.gold_path, self.train_task_types, self.memory = gold_path, train_task_types, memory
-        self.expert_teleports = expert_teleports
+        self.gold_path, self.train_task_types = gold_path, train_task_types
+        self.expert_teleports, self.memory = expert_teleports, memory
         previous = os.environ.get("JAVA_TOOL_OPTIONS")
         os.environ["JAVA_TOOL_OPTIONS"] = f"-Xmx{jvm_heap} {jvm_options}".strip()  # read by the JVM launched now
         try:
