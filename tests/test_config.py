@@ -70,8 +70,15 @@ def test_every_recipe_loads():
 def test_sharded_actor_with_vllm_refuses_what_needs_a_full_policy_copy():
     base = {"rl": {"actor": {"backend": "fsdp2"}, "sampler": {"type": "vllm"}}}
     validate_config(base)  # fine on its own
-    with pytest.raises(ConfigError, match=r"rl\.nthr needs actor\.backend: single when sampler\.type is vllm"):
-        validate_config({"rl": {**base["rl"], "nthr": {}}})
+    with pytest.raises(ConfigError, match=r"rl\.components\[0\] \(nthr\) needs actor\.backend: single when sampler\.type is vllm"):
+        validate_config({"rl": {**base["rl"], "components": [{"type": "nthr"}]}})
+    with pytest.raises(ConfigError, match=r"rl\.components\[0\] \(coupling\) needs actor\.backend: single"):
+        validate_config({"rl": {**base["rl"], "coupling_every": 2}})  # the key from before, read as the component
+    with pytest.raises(ConfigError, match=r"rl\.advantage: the ppo critic runs in one process only"):
+        validate_config({"rl": {"actor": {"backend": "fsdp2"}, "advantage": {"type": "ppo"}}})
+    with pytest.raises(ConfigError, match=r"rl\.aux\[0\]: the GCD classifier head runs in one process only"):
+        validate_config({"rl": {"actor": {"backend": "zero3"}, "aux": [{"type": "gcd", "judge": "classifier"}]}})
+    validate_config({"rl": {"actor": {"backend": "zero3"}, "aux": [{"type": "gcd"}]}})  # the generative judge shards
     with pytest.raises(ConfigError, match=r"rl\.sampler\.kv_cache_gib: Input should be greater than 0"):
         validate_config({"rl": {"sampler": {"type": "vllm", "kv_cache_gib": 0}}})
 
@@ -181,8 +188,19 @@ def test_recipes_and_saved_configs_load_as_before_the_built_ins_moved(saved):
     recipe, overrides = (ROOT / "recipes" / "demo.yaml", VARIANTS[name]) if name in VARIANTS else \
         (ROOT / "recipes" / saved.name, [])
     assert _settings(load_config(recipe, overrides), RECIPE_SETS_SINCE.get(recipe.name)) == \
-        _changed_defaults(saved.stem, before)
-    assert _settings(load_config(saved)) == before  # a saved run keeps what it ran with
+        _changed_defaults(saved.stem, _components_moved(before))
+    assert _settings(load_config(saved)) == _components_moved(before)  # a saved run keeps what it ran with
+
+
+def _components_moved(settings: dict) -> dict:
+    """The settings as they read since NTHR and the coupling lab became components (rl.components):
+    the files hold `rl.nthr` (one of them set) and the lab's `rl.coupling_*` at 0 (off)."""
+    settings = copy.deepcopy(settings)
+    rl = settings["rl"]
+    assert (rl.pop("coupling_every"), rl.pop("coupling_pairs"), rl.pop("coupling_lr")) == (0, 8, 0.001)
+    nthr = rl.pop("nthr")
+    rl["components"] = [{"type": "nthr", **nthr}] if nthr else []
+    return settings
 
 
 def _changed_defaults(name: str, settings: dict) -> dict:

@@ -197,7 +197,7 @@ def test_the_critic_runs_each_distinct_prompt_once_with_the_same_values_and_grad
 
 
 def test_nthr_runs_inside_the_update(tiny_model_dir, tmp_path):
-    config = small_config(tmp_path, 1, nthr={"tau": 1.0, "eta": 0.5})
+    config = small_config(tmp_path, 1, components=[{"type": "nthr", "tau": 1.0, "eta": 0.5}])
     trainer = RLTrainer(config, str(tiny_model_dir), tmp_path)
     try:
         metrics = trainer.train_step()
@@ -208,7 +208,7 @@ def test_nthr_runs_inside_the_update(tiny_model_dir, tmp_path):
 
 
 def test_coupling_lab_metrics_join_the_step_metrics_on_its_steps(tiny_model_dir, tmp_path):
-    """rl.coupling_every: 2 measures the coupling on the even steps' own labelled rollouts (here
+    """The coupling lab every 2 steps measures the coupling on the even steps' own labelled rollouts (here
     the household's expert and a random player, whose moves the environment labels), and its
     numbers are among the metrics the step reports (and the run logs), not only computed."""
     from agentrl.config import PromptConfig
@@ -218,7 +218,7 @@ def test_coupling_lab_metrics_join_the_step_metrics_on_its_steps(tiny_model_dir,
     from agentrl.rollout.collect import encode_prompt
 
     env, rng = make_env(HouseholdEnvConfig()), random.Random(1)
-    config = small_config(tmp_path, 2, coupling_every=2, old_logprobs="actor")
+    config = small_config(tmp_path, 2, components=[{"type": "coupling", "every": 2}], old_logprobs="actor")
     with RLTrainer(config, str(tiny_model_dir), tmp_path) as trainer:
         def played(step):
             trajectories = []

@@ -190,7 +190,7 @@ POLICY_LOSSES = Registry("policy loss", ("agentrl.losses.policy",))
 KL_ESTIMATORS = Registry("KL estimator", ("agentrl.losses.policy",))
 AUX_LOSSES = Registry("auxiliary loss", ("agentrl.losses.aux", "agentrl.losses.gcd"))
 SAMPLERS = Registry("sampler", ("agentrl.sampler",))
-COMPONENTS = Registry("trainer component", ())  # plugins only: the built-in ones have their own settings
+COMPONENTS = Registry("trainer component", ("agentrl.advantages.nthr", "agentrl.analysis.coupling"))
 ACTORS = Registry("actor backend", ("agentrl.actor",), key="backend")
 
 __all__ = ["ACTORS", "ADVANTAGES", "AUX_LOSSES", "COMPONENTS", "ENVIRONMENTS", "KL_ESTIMATORS", "POLICY_LOSSES", "SAMPLERS",

@@ -21,8 +21,6 @@ from agentrl.actor import check_launch, shards_on_load
 from agentrl.actor.base import Actor
 from agentrl.actor.batch import Packing, TrainSample, micro_batches, per_sample
 from agentrl.advantages import compute_advantages
-from agentrl.advantages.nthr import NTHR
-from agentrl.analysis.coupling import CouplingLab
 from agentrl.checkpoint import latest_checkpoint, read_state, save_checkpoint
 from agentrl.config import ConfigError
 from agentrl.components import Component, Context, StepBatch, timed
@@ -32,7 +30,7 @@ from agentrl.errors import RunError
 from agentrl.evaluate import evaluate
 from agentrl.losses.aux import aux_part
 from agentrl.losses.policy import aggregation_weights
-from agentrl.losses.reference import KLRewardPenalty, ReferenceLogprobs
+from agentrl.losses.reference import kl_components
 from agentrl.losses.step import StepLoss, sampler_check, sampler_gap
 from agentrl.metrics import Tally
 from agentrl.models import add_lora, load_model, load_tokenizer
@@ -402,29 +400,14 @@ def mini_batch_split(samples: list, size: int, n_chunks: int, world: int) -> lis
 
 
 def build_components(ctx: Context) -> tuple[list[Component], list]:
-    """The run's components, in hook order: the reference and the KL penalty, those the
-    estimator brings, NTHR, the coupling lab, the plugins' (`rl.components`), then the auxiliary
-    losses (also returned apart: their losses join the update)."""
-    rl, config = ctx.config.rl, ctx.config
-    temperature = config.sampling.temperature or 1.0
-    components: list[Component] = []
-    if rl.kl_coef > 0:
-        reference = None
-        if getattr(rl.actor, "lora", None) is None:
-            reference = load_model(ctx.model_path, config.model.dtype).eval().requires_grad_(False)
-        components.append(ReferenceLogprobs(reference, ctx.policy, temperature, rl.micro_batch_tokens,
-                                            ctx.tokenizer.pad_token_id, ctx.packing))
-        if rl.kl_in_reward:
-            components.append(KLRewardPenalty(rl.kl_coef, rl.kl_estimator))
+    """The run's components, in hook order: the KL reference's (`rl.kl_coef`), those the
+    estimator brings, `rl.components` in their order, then the auxiliary losses (also returned
+    apart: their losses join the update)."""
+    rl = ctx.config.rl
+    components: list[Component] = kl_components(ctx)
     extra = ADVANTAGES.entry(rl.advantage.type).components
     if extra is not None:
         components += extra(rl.advantage, ctx)
-    if rl.nthr is not None:
-        components.append(NTHR(ctx.policy, rl.nthr, temperature, ctx.tokenizer.pad_token_id, rl.micro_batch_tokens,
-                               ctx.packing))
-    if rl.coupling_every:
-        components.append(CouplingLab(ctx.policy, ctx.tokenizer, rl.coupling_every, rl.coupling_pairs,
-                                      rl.coupling_lr, config.seed))
     components += [COMPONENTS.get(c.type)(c, ctx) for c in rl.components]
     aux_losses = [AUX_LOSSES.get(aux.type)(aux, ctx) for aux in rl.aux]
     names = [c.name for c in components + aux_losses]

@@ -1,6 +1,6 @@
 """NTHR (Deng et al., arXiv 2505.18830): down-weight the penalty on the negative-sample tokens
 that are most coupled to the positive samples of their group. A modifier on top of any
-estimator (`rl.nthr`), applied to the per-token advantages before the update.
+estimator (`rl.components: [{type: nthr}]`), applied to the per-token advantages before the update.
 
 What is implemented, exactly. Within each task group, positive tokens P are the response tokens
 of step samples with A > 0 and negative tokens N those with A < 0. For a token i with final
@@ -21,11 +21,30 @@ against correct responses; tau and eta are this implementation's knobs (defaults
 
 from __future__ import annotations
 
+from typing import ClassVar, Literal
+
 import torch
+from pydantic import Field
 
 from agentrl.actor.batch import Packing, per_sample
 from agentrl.actor.single import trained_hidden
-from agentrl.components import Component, StepBatch
+from agentrl.components import Component, Context, StepBatch
+from agentrl.config import Section
+from agentrl.registry import COMPONENTS
+
+
+class NTHRConfig(Section):
+    """NTHR: scale by `eta` the advantage of negative-sample tokens whose last-layer gradient
+    coupling to the group's positive tokens exceeds `tau` x the positives' own mean coupling
+    (exact definition: agentrl/advantages/nthr.py)."""
+
+    type: Literal["nthr"] = "nthr"
+    """Component name in the registry."""
+    tau: float = 1.0
+    """Coupling threshold, relative to the positive tokens' own mean coupling."""
+    eta: float = Field(0.5, ge=0, le=1)
+    """Multiplier of the advantage of negative tokens above the threshold."""
+    reads_policy: ClassVar[bool] = True  # the last layer of a full HF copy of the policy
 
 
 def coupling(h_a, y_a, p_a, h_b, y_b, p_b) -> torch.Tensor:
@@ -85,15 +104,16 @@ def apply_nthr(model, samples, group_ids: list[int], config, temperature: float,
             "nthr/downweighted_share": downweighted / negative_tokens if negative_tokens else 0.0}
 
 
-
+@COMPONENTS.register("nthr", NTHRConfig)
 class NTHR(Component):
-    """NTHR in the step: after the advantages, before the update (`rl.nthr`)."""
+    """NTHR in the step: after the advantages, before the update."""
 
     name = "nthr"
 
-    def __init__(self, policy, config, temperature: float, pad_id: int, token_budget: int, pack: Packing | None = None):
-        self.policy, self.config = policy, config
-        self.temperature, self.pad_id, self.token_budget, self.pack = temperature, pad_id, token_budget, pack
+    def __init__(self, config: NTHRConfig, ctx: Context):
+        self.policy, self.config, self.pack = ctx.policy, config, ctx.packing
+        self.temperature = ctx.config.sampling.temperature or 1.0
+        self.pad_id, self.token_budget = ctx.tokenizer.pad_token_id, ctx.config.rl.micro_batch_tokens
 
     def shape(self, batch: StepBatch) -> None:
         group_ids = [t.group_id for t in batch.trajectories for _ in t.steps]

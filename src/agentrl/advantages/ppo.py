@@ -46,6 +46,9 @@ class PPOConfig(Section):
     value_clip: float = Field(0.2, gt=0)
     """The new V may move at most this far from the rollout's V before the loss stops rewarding it."""
 
+    def one_process_only(self) -> str:
+        return "the ppo critic"
+
 
 def critic_components(config, ctx):
     from agentrl.critic import critic_components as build

@@ -9,13 +9,17 @@ from __future__ import annotations
 import itertools
 import statistics
 from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 
-from agentrl.components import Component, StepBatch
+from agentrl.components import Component, Context, StepBatch
+from agentrl.config import Section
 from agentrl.distributed import model_device
 from agentrl.rollout.collect import encode_prompt
+from agentrl.registry import COMPONENTS
 from agentrl.seeding import step_seed
 
 
@@ -198,16 +202,33 @@ def coupling_report(model, tokenizer, in_domain, out_of_domain, samples: int, in
     return report
 
 
+class CouplingLabConfig(Section):
+    """The gradient-coupling lab during training: every `every` steps, before the update, on the
+    step's own labelled rollouts: coupling/{grad_cos_pos_neg, influence_on_pos_of_neg, ...}."""
+
+    type: Literal["coupling"] = "coupling"
+    """Component name in the registry."""
+    every: int = Field(1, ge=1)
+    """Measure on every N-th step."""
+    pairs: int = Field(8, ge=2)
+    """Labelled steps (half good, half bad) the lab uses."""
+    lr: float = Field(1e-3, gt=0)
+    """Step size of the lab's one-step influence."""
+    reads_policy: ClassVar[bool] = True  # gradients of a full HF copy of the policy
+
+
+@COMPONENTS.register("coupling", CouplingLabConfig)
 class CouplingLab(Component):
     """The lab on each `every`-th step's own labelled rollouts, before the update: coupling/*."""
 
     name = "coupling"
 
-    def __init__(self, policy, tokenizer, every: int, pairs: int, lr: float, seed: int):
-        self.policy, self.tokenizer, self.every, self.pairs, self.lr, self.seed = policy, tokenizer, every, pairs, lr, seed
+    def __init__(self, config: CouplingLabConfig, ctx: Context):
+        self.policy, self.tokenizer, self.config, self.seed = ctx.policy, ctx.tokenizer, config, ctx.config.seed
 
     def shape(self, batch: StepBatch) -> None:
-        if batch.step % self.every == 0:
-            found = coupling_metrics(self.policy, self.tokenizer, batch.trajectories, self.pairs, self.lr,
+        cfg = self.config
+        if batch.step % cfg.every == 0:
+            found = coupling_metrics(self.policy, self.tokenizer, batch.trajectories, cfg.pairs, cfg.lr,
                                      step_seed(self.seed, batch.step, "coupling"))
             batch.metrics.update({f"coupling/{k}": v for k, v in found.items()})

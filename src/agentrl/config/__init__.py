@@ -17,7 +17,6 @@ from pydantic import Field, field_validator, model_validator
 
 from agentrl.config.rl import (
     EnvPoolConfig,
-    NTHRConfig,
     RaySectionConfig,
     RLConfig,
     RolloutConfig,
@@ -36,7 +35,7 @@ from agentrl.config.sections import (
 )
 from agentrl.registry import ACTORS, ENVIRONMENTS
 
-__all__ = ["Config", "ConfigError", "DaggerConfig", "EnvPoolConfig", "EvalConfig", "ModelConfig", "NTHRConfig", "OptimConfig",
+__all__ = ["Config", "ConfigError", "DaggerConfig", "EnvPoolConfig", "EvalConfig", "ModelConfig", "OptimConfig",
            "PromptConfig", "RLConfig", "RaySectionConfig", "RolloutConfig", "SFTConfig", "SamplingConfig",
            "Section", "TinyModelConfig"]
 

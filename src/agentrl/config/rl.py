@@ -1,4 +1,4 @@
-"""The RL section of a recipe (`rl:`) and its own sub-sections: NTHR, the environment pool, the
+"""The RL section of a recipe (`rl:`) and its own sub-sections: the environment pool, the
 rollout loop. The variant sub-sections (advantage, loss, actor, sampler, aux, components) are
 validated by the config class registered under their `type`."""
 
@@ -18,17 +18,6 @@ from agentrl.registry import (
     POLICY_LOSSES,
     SAMPLERS,
 )
-
-
-class NTHRConfig(Section):
-    """NTHR: scale by `eta` the advantage of negative-sample tokens whose last-layer gradient
-    coupling to the group's positive tokens exceeds `tau` x the positives' own mean coupling
-    (exact definition: agentrl/advantages/nthr.py)."""
-
-    tau: float = 1.0
-    """Coupling threshold, relative to the positive tokens' own mean coupling."""
-    eta: float = Field(0.5, ge=0, le=1)
-    """Multiplier of the advantage of negative tokens above the threshold."""
 
 
 class RaySectionConfig(Section):
@@ -133,22 +122,15 @@ class RLConfig(Section):
     """The actor backend, by `backend` (single, fsdp2, zero2, zero3)."""
     sampler: Annotated[Section, SAMPLERS.field("hf")] = Field(default_factory=lambda: SAMPLERS.make("hf"))
     """What generates the rollouts, by `type` (hf, vllm)."""
-    nthr: NTHRConfig | None = None
-    """Down-weight the penalty on negative tokens coupled to positive samples (Deng et al.)."""
     aux: list[Annotated[Section, AUX_LOSSES.field("")]] = []
     """Auxiliary losses added to the policy loss in the same optimiser step."""
     components: list[Annotated[Section, COMPONENTS.field("")]] = []
-    """Plugin trainer components by `type` (`agentrl.components`: reward terms, token
-    reweighting, measurements), hooked into every step after the built-in ones."""
+    """Trainer components by `type` (`agentrl.components`: reward terms, token reweighting,
+    measurements), hooked into every step in this order after the KL reference's and the
+    estimator's own: built in, `nthr` (NTHR, Deng et al.) and `coupling` (the gradient-coupling
+    lab); a plugin's the same way."""
     eval_every: int = Field(0, ge=0)
     """Evaluate every N steps (0: only at the end)."""
-    coupling_every: int = Field(0, ge=0)
-    """Run the gradient-coupling lab on the step's rollouts every N steps, before the update
-    (0: never): coupling/{grad_cos_pos_neg, influence_gap, separation, ...}."""
-    coupling_pairs: int = Field(8, ge=2)
-    """Labelled steps (half good, half bad) the coupling lab uses."""
-    coupling_lr: float = Field(1e-3, gt=0)
-    """Step size of the lab's one-step influence."""
     save_every: int = Field(0, ge=0)
     """Checkpoint every N steps (0: only at the end)."""
     keep_last: int = Field(2, ge=1)
@@ -178,7 +160,7 @@ class RLConfig(Section):
         for old, new in moved.items():
             if isinstance(data, dict) and old in data:
                 raise ValueError(f"rl.{old} is now rl.{new}")
-        return data
+        return _components_moved(data)
 
     @field_validator("kl_estimator")
     @classmethod
@@ -194,17 +176,39 @@ class RLConfig(Section):
 
     @model_validator(mode="after")
     def _backend_supports(self):
-        lora = getattr(self.actor, "lora", None)
-        if self.actor.backend != "single":
-            if self.advantage.type == "ppo":
-                raise ValueError("the ppo critic runs in one process only (actor.backend: single)")
-            if any(a.type == "gcd" and a.judge == "classifier" for a in self.aux):
-                raise ValueError("the GCD classifier head runs in one process only (actor.backend: single)")
-            if self.sampler.type == "vllm":
-                # These read a full HF copy of the policy, which a sharded actor with vLLM lacks.
-                needs_copy = {"rl.nthr": self.nthr is not None, "rl.coupling_every": self.coupling_every > 0,
-                              "rl.actor.lora with rl.kl_coef": lora is not None and self.kl_coef > 0}
-                for name, used in needs_copy.items():
-                    if used:
-                        raise ValueError(f"{name} needs actor.backend: single when sampler.type is vllm")
+        """A section whose config says `one_process_only()` (a reason) runs with actor.backend:
+        single only; one that `reads_policy` (a full HF copy of it) not on a sharded actor with
+        vLLM, which has no such copy."""
+        if self.actor.backend == "single":
+            return self
+        sections = {"rl.advantage": self.advantage, "rl.loss": self.loss,
+                    **{f"rl.aux[{i}]": a for i, a in enumerate(self.aux)},
+                    **{f"rl.components[{i}]": c for i, c in enumerate(self.components)}}
+        for where, section in sections.items():
+            reason = getattr(section, "one_process_only", lambda: None)()
+            if reason:
+                raise ValueError(f"{where}: {reason} runs in one process only (actor.backend: single)")
+        if self.sampler.type == "vllm":
+            needs_copy = {f"{where} ({section.type})": getattr(section, "reads_policy", False)
+                          for where, section in sections.items()}
+            needs_copy["rl.actor.lora with rl.kl_coef"] = getattr(self.actor, "lora", None) is not None and self.kl_coef > 0
+            for name, used in needs_copy.items():
+                if used:
+                    raise ValueError(f"{name} needs actor.backend: single when sampler.type is vllm")
         return self
+
+
+def _components_moved(data):
+    """Recipes and saved configs from before NTHR and the coupling lab became components: `rl.nthr`
+    and `rl.coupling_every / _pairs / _lr` read as the components they now are."""
+    if not isinstance(data, dict) or not ({"nthr", "coupling_every", "coupling_pairs", "coupling_lr"} & set(data)):
+        return data
+    data = dict(data)
+    moved = []
+    if (nthr := data.pop("nthr", None)) is not None:
+        moved.append({"type": "nthr", **nthr})
+    coupling = {key: data.pop(f"coupling_{key}") for key in ("every", "pairs", "lr") if f"coupling_{key}" in data}
+    if coupling.get("every"):
+        moved.append({"type": "coupling", **coupling})
+    data["components"] = moved + list(data.get("components") or [])
+    return data

@@ -114,6 +114,9 @@ class GCDAuxConfig(Section):
     eval_pairs: int = Field(60, ge=0)
     """Labelled steps per split on which evaluation measures judge accuracy (0: off)."""
 
+    def one_process_only(self) -> str | None:
+        return "the GCD classifier head" if self.judge == "classifier" else None
+
     @model_validator(mode="after")
     def _llm_needs_endpoint(self):
         if "llm" in self.labels and self.external is None:

@@ -7,8 +7,25 @@ import torch
 
 from agentrl.actor.batch import Packing, per_sample
 from agentrl.actor.single import response_logprobs
-from agentrl.components import Component, StepBatch
+from agentrl.components import Component, Context, StepBatch
+from agentrl.models import load_model
 from agentrl.registry import KL_ESTIMATORS
+
+
+def kl_components(ctx: Context) -> list[Component]:
+    """What the KL term needs (`rl.kl_coef` > 0): the reference's log-probs, and with
+    `rl.kl_in_reward` the penalty in the reward; none without a KL term."""
+    config, rl = ctx.config, ctx.config.rl
+    if rl.kl_coef == 0:
+        return []
+    reference = None  # with LoRA: the policy with its adapters off
+    if getattr(rl.actor, "lora", None) is None:
+        reference = load_model(ctx.model_path, config.model.dtype).eval().requires_grad_(False)
+    parts: list[Component] = [ReferenceLogprobs(reference, ctx.policy, config.sampling.temperature or 1.0,
+                                                rl.micro_batch_tokens, ctx.tokenizer.pad_token_id, ctx.packing)]
+    if rl.kl_in_reward:
+        parts.append(KLRewardPenalty(rl.kl_coef, rl.kl_estimator))
+    return parts
 
 
 class ReferenceLogprobs(Component):
