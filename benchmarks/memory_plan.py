@@ -26,8 +26,8 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agentrl import distributed
-from agentrl.actor.batch import TrainSample, micro_batches
 from agentrl.config import Config
+from agentrl.packing import TrainSample, micro_batches
 from agentrl.plan import GIB, KNOWN_MODELS, phase_plan
 from agentrl.registry import ACTORS
 from agentrl.sft import sft_loss

@@ -43,10 +43,10 @@ from packing_tokens import step_samples
 from results_csv import append_rows, commit
 from transformers import AutoModelForCausalLM
 
-from agentrl.actor.batch import Packing, micro_batches, per_sample
-from agentrl.actor.single import response_logprobs
+from agentrl.forward import response_logprobs
 from agentrl.kernels import linear_logprob
 from agentrl.models import load_tokenizer
+from agentrl.packing import Packing, micro_batches, per_sample
 from agentrl.recipe import load_config
 from agentrl.trainer import mini_batch_split, shuffled
 

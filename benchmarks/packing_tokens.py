@@ -27,8 +27,8 @@ from pathlib import Path
 
 from transformers import AutoConfig
 
-from agentrl.actor.batch import Packing, TrainSample, micro_batches
 from agentrl.models import load_tokenizer
+from agentrl.packing import Packing, TrainSample, micro_batches
 from agentrl.recipe import load_config
 from agentrl.rollout.collect import encode_prompt
 from agentrl.trainer import mini_batch_split, shuffled

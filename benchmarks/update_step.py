@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from agentrl.actor.batch import TrainSample, collate
-from agentrl.actor.single import response_logprobs
+from agentrl.forward import response_logprobs
+from agentrl.packing import TrainSample, collate
 from results_csv import append_rows, commit
 
 

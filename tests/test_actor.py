@@ -1,12 +1,13 @@
 import pytest
 import torch
 
-from agentrl.actor.batch import Packing, TrainSample, collate, micro_batches
-from agentrl.actor.single import SingleActor, response_logprobs
+from agentrl.actor.single import SingleActor
 from agentrl.config import OptimConfig, SamplingConfig
-from agentrl.metrics import LossOutputs
+from agentrl.forward import response_logprobs
 from agentrl.losses.policy import PPOClipConfig, SeqRatioConfig, aggregation_weights, ppo_clip, seq_ratio
+from agentrl.metrics import LossOutputs
 from agentrl.models import load_model, load_tokenizer
+from agentrl.packing import Packing, TrainSample, collate, micro_batches
 from agentrl.registry import KL_ESTIMATORS
 from agentrl.sampler import shared_decode
 from agentrl.sampler.hf import HFSampler
@@ -129,7 +130,7 @@ def test_bf16_weights_learn_through_fp32_master_weights_and_resume_exactly(tiny_
     """A bf16 model's AdamW steps at lr 1e-6 are far below bf16's spacing: applied to the bf16
     weights they would round away. The single actor accumulates them in fp32 master weights
     (which its checkpoint saves) and the bf16 model follows them."""
-    from agentrl.actor.batch import TrainSample, micro_batches
+    from agentrl.packing import TrainSample, micro_batches
     from agentrl.actor.single import SingleActor
     from agentrl.config import OptimConfig
     from agentrl.models import load_model

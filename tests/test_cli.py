@@ -1,6 +1,7 @@
 import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -342,6 +343,27 @@ def test_a_setting_added_since_at_its_old_behaviour_keeps_a_phase(tmp_path):
     phases.complete("data", {"env.max_steps": 30})  # recorded before ScienceWorld had a notebook or teleports
     assert phases.reusable("data", {"env.max_steps": 30, "env.memory": False, "env.expert_teleports": False}, True)
     assert not phases.reusable("data", {"env.max_steps": 30, "env.memory": True, "env.expert_teleports": False}, True)
+
+
+def test_a_phase_recorded_before_nthr_and_the_coupling_lab_became_components_is_kept(tmp_path):
+    """Settings recorded with `rl.nthr` and the lab's `rl.coupling_*` (the saved configs of that
+    time) match the same config read now, where they are `rl.components`, while the lab was off;
+    with the lab on, the component it became is a change and the phase is redone."""
+    from agentrl.provenance import config_settings, flatten
+    from agentrl.recipe import load_config
+
+    saved = Path(__file__).parent / "data" / "saved-configs" / "demo.yaml"
+    before = yaml.safe_load(saved.read_text())
+    phases = Phases(tmp_path, print)
+    phases.complete("rl", {k: v for k, v in flatten(before).items() if k.startswith("rl.")})
+    assert phases.reusable("rl", config_settings(load_config(saved), "rl"), True)
+    before["rl"]["coupling_every"] = 2
+    phases.complete("rl", {k: v for k, v in flatten(before).items() if k.startswith("rl.")})
+    lab_on = tmp_path / "lab-on.yaml"
+    lab_on.write_text(yaml.safe_dump(before))
+    now = config_settings(load_config(lab_on), "rl")
+    assert now["rl.components"] == [{"type": "coupling", "every": 2, "pairs": 8, "lr": 0.001}]
+    assert not phases.reusable("rl", now, True)
 
 
 def test_the_initial_evaluation_can_be_skipped_and_added_later(tmp_path, capsys):

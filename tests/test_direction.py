@@ -6,8 +6,8 @@ the optimiser (an estimator, a loss, the trainer) turns one of these around."""
 import pytest
 import torch
 
-from agentrl.actor.batch import TrainSample, collate
-from agentrl.actor.single import response_logprobs
+from agentrl.forward import response_logprobs
+from agentrl.packing import TrainSample, collate
 from agentrl.rollout.collect import encode_prompt
 from agentrl.trainer import RLTrainer
 

@@ -14,12 +14,12 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
 
-from agentrl.actor.batch import TrainSample, micro_batches
 from agentrl.actor.single import SingleActor
 from agentrl.config import OptimConfig
 from agentrl.losses.policy import aggregation_weights
 from agentrl.metrics import LossOutputs
 from agentrl.models import load_model
+from agentrl.packing import TrainSample, micro_batches
 
 # Adam's first step is lr x sign(g) where |g| >> eps: float noise in tiny gradients moves an
 # element by up to 2 lr, so lr is small and the gradient scale is checked through grad_norm.
@@ -113,8 +113,8 @@ def actor_rank(rank, world, port, model_dir, out_dir, lora, backend):
 def sampler_sees_the_update(actor, model_dir, lora):
     """A sharded actor's sampler holds a full copy: after the push, the log-probs it gives its own
     samples are the actor's, and measurably not those of a copy that missed the push."""
-    from agentrl.actor.batch import collate
-    from agentrl.actor.single import response_logprobs
+    from agentrl.packing import collate
+    from agentrl.forward import response_logprobs
     from agentrl.config import SamplingConfig
     from agentrl.models import load_tokenizer
     from agentrl.sampler.hf import HFSampler

@@ -6,7 +6,6 @@ import pytest
 import torch
 from conftest import COMPACT
 
-from agentrl.actor.batch import micro_batches
 from agentrl.config import PromptConfig, SFTConfig
 from agentrl.data import read_chat_dataset
 from agentrl.envs import make_env
@@ -17,6 +16,7 @@ from agentrl.gcd.labels import balanced_selection, label_steps, rule_labels
 from agentrl.losses.gcd import GCDAuxConfig, GCDLoss, JudgeEndpointConfig
 from agentrl.metrics import LossOutputs
 from agentrl.models import load_model, load_tokenizer
+from agentrl.packing import micro_batches
 from agentrl.recipe import validate_config
 from agentrl.rollout.types import StepSample, Trajectory
 from agentrl.sampler.hf import HFSampler

@@ -79,8 +79,8 @@ def test_torch_path_chunks_rows(monkeypatch):
 
 @needs_triton
 def test_actor_log_probs_through_the_triton_path(tiny_model_dir, monkeypatch):
-    from agentrl.actor.batch import TrainSample, micro_batches
-    from agentrl.actor.single import response_logprobs
+    from agentrl.packing import TrainSample, micro_batches
+    from agentrl.forward import response_logprobs
     from agentrl.models import load_model
 
     model = load_model(tiny_model_dir).to(TRITON_DEVICE)

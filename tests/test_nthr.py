@@ -44,7 +44,7 @@ def test_only_tokens_coupled_to_positives_are_downweighted():
 
 
 def test_apply_nthr_rescales_only_negative_samples_of_mixed_groups(tiny_model_dir):
-    from agentrl.actor.batch import TrainSample
+    from agentrl.packing import TrainSample
     from agentrl.advantages.nthr import NTHRConfig, apply_nthr
     from agentrl.models import load_model
 

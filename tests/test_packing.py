@@ -6,10 +6,10 @@ by the token budget, and samples whose prompts share only a leading part."""
 import pytest
 import torch
 
-from agentrl.actor.batch import Packing, TrainSample, micro_batches, per_sample
-from agentrl.actor.single import response_logprobs
+from agentrl.forward import response_logprobs
 from agentrl.losses.policy import PPOClipConfig, ppo_clip
 from agentrl.models import load_model
+from agentrl.packing import Packing, TrainSample, micro_batches, per_sample
 
 
 def step_samples(seed: int = 0) -> list[TrainSample]:

@@ -367,8 +367,8 @@ def test_kl_in_reward_adds_each_actions_kl_to_its_penalty(choice_model_dir, tmp_
     within a task group (equal episode rewards) a step with more KL gets a lower advantage."""
     import twostep
 
-    from agentrl.actor.batch import TrainSample, collate
-    from agentrl.actor.single import response_logprobs
+    from agentrl.packing import TrainSample, collate
+    from agentrl.forward import response_logprobs
     from agentrl.losses.policy import kl_k3
 
     config = twostep.config(tmp_path, temperature=0.8, kl_coef=0.5, kl_in_reward=True, kl_estimator="k3")
@@ -404,8 +404,8 @@ def test_the_kl_reference_under_lora_is_the_frozen_base_model(choice_model_dir, 
     KL penalty is measured against the base model as loaded, not against the adapted policy."""
     import twostep
 
-    from agentrl.actor.batch import TrainSample, collate
-    from agentrl.actor.single import response_logprobs
+    from agentrl.packing import TrainSample, collate
+    from agentrl.forward import response_logprobs
     from agentrl.losses.policy import kl_k3
     from agentrl.models import load_model
 
@@ -436,8 +436,8 @@ def test_entropy_bonus_raises_the_entropy(choice_model_dir, tmp_path):
     bonus alone drives the update, and it must make the policy less certain."""
     import twostep
 
-    from agentrl.actor.batch import TrainSample, collate
-    from agentrl.actor.single import response_logprobs
+    from agentrl.packing import TrainSample, collate
+    from agentrl.forward import response_logprobs
 
     config = twostep.config(tmp_path, group_size=1, tasks_per_step=4, entropy_coef=0.5,
                             advantage={"type": "grpo", "level": "trajectory"})
@@ -466,8 +466,8 @@ def test_kl_loss_term_pulls_the_policy_back_to_its_reference(choice_model_dir, t
     drives the update, and it must bring the policy closer to the reference."""
     import twostep
 
-    from agentrl.actor.batch import TrainSample, collate
-    from agentrl.actor.single import response_logprobs
+    from agentrl.packing import TrainSample, collate
+    from agentrl.forward import response_logprobs
     from agentrl.losses.policy import kl_k3
 
     # Adam's first step moves every weight by lr: small, so the first-order pull dominates.

@@ -8,12 +8,13 @@ pytest.importorskip("vllm")
 
 from test_trainer import assert_round_trip, run, small_config, strip_timing  # noqa: E402
 
-from agentrl.actor.batch import TrainSample, collate  # noqa: E402
-from agentrl.actor.single import SingleActor, response_logprobs  # noqa: E402
+from agentrl.actor.single import SingleActor
 from agentrl.checkpoint import list_checkpoints  # noqa: E402
 from agentrl.config import OptimConfig, SamplingConfig  # noqa: E402
+from agentrl.forward import response_logprobs  # noqa: E402
 from agentrl.metrics import LossOutputs  # noqa: E402
 from agentrl.models import load_model, load_tokenizer  # noqa: E402
+from agentrl.packing import TrainSample, collate  # noqa: E402
 from agentrl.sampler import VLLMSamplerConfig
 from agentrl.sampler.vllm import VLLMSampler  # noqa: E402
 from agentrl.tracking import read_metrics  # noqa: E402

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from agentrl.actor.batch import Packing, TrainSample
 from agentrl.advantages.common import Advantages
+from agentrl.packing import Packing, TrainSample
 from agentrl.rollout.types import StepSample, Trajectory
 
 

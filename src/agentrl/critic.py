@@ -17,9 +17,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel
 
-from agentrl.actor.batch import TrainSample, budget_chunks, collate
 from agentrl.components import Component, StepBatch
 from agentrl.distributed import device
+from agentrl.packing import TrainSample, budget_chunks, collate
 from agentrl.seeding import step_seed
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}

@@ -11,11 +11,11 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from agentrl.actor.batch import TrainSample
 from agentrl.config import ConfigError
 from agentrl.envs.base import NoExpertMove, sample_tasks
 from agentrl.envs.pool import MAIN_GUARD_HINT
 from agentrl.errors import RunError
+from agentrl.packing import TrainSample
 from agentrl.progress import task
 from agentrl.prompting import HistoryEntry, format_response, render_prompt
 from agentrl.rollout.types import StepSample, Trajectory

@@ -10,12 +10,12 @@ import torch
 
 from agentrl import distributed
 from agentrl.actor import SingleActorConfig
-from agentrl.actor.batch import Packing, micro_batches
 from agentrl.checkpoint import checkpoint_dir, latest_checkpoint, read_state, save_checkpoint
 from agentrl.config import ConfigError
 from agentrl.data import encode_conversation, read_chat_dataset
 from agentrl.metrics import LossOutputs
 from agentrl.models import add_lora, export_model
+from agentrl.packing import Packing, micro_batches
 from agentrl.progress import plain_output, progress, set_stage
 from agentrl.registry import ACTORS
 

@@ -19,11 +19,10 @@ import torch
 from agentrl import distributed
 from agentrl.actor import check_launch, shards_on_load
 from agentrl.actor.base import Actor
-from agentrl.actor.batch import Packing, TrainSample, micro_batches, per_sample
 from agentrl.advantages import compute_advantages
 from agentrl.checkpoint import latest_checkpoint, read_state, save_checkpoint
-from agentrl.config import ConfigError
 from agentrl.components import Component, Context, StepBatch, timed
+from agentrl.config import ConfigError
 from agentrl.envs.base import sample_tasks
 from agentrl.envs.pool import EnvPool
 from agentrl.errors import RunError
@@ -34,6 +33,7 @@ from agentrl.losses.reference import kl_components
 from agentrl.losses.step import StepLoss, sampler_check, sampler_gap
 from agentrl.metrics import Tally
 from agentrl.models import add_lora, load_model, load_tokenizer
+from agentrl.packing import Packing, TrainSample, micro_batches, per_sample
 from agentrl.progress import plain_output, progress, set_stage
 from agentrl.registry import ACTORS, ADVANTAGES, AUX_LOSSES, COMPONENTS, SAMPLERS
 from agentrl.rollout.collect import collect

@@ -13,8 +13,8 @@ from typing import Callable, Iterable, Protocol
 
 import torch
 
-from agentrl.actor.batch import TokenBatch
 from agentrl.metrics import LossOutputs, Tally
+from agentrl.packing import TokenBatch
 
 LossFn = Callable[[TokenBatch], LossOutputs]
 
@@ -68,3 +68,12 @@ class Actor(Protocol):
     def save(self, path: Path) -> None: ...
 
     def load(self, path: Path) -> None: ...
+
+
+def make_optimizer(parameters, optim):
+    """AdamW with a constant learning rate after a linear warmup (every actor backend)."""
+    optimizer = torch.optim.AdamW(parameters, lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay)
+    warmup = optim.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0)
+    return optimizer, scheduler

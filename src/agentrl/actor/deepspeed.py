@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from agentrl.actor.base import backward_all, update_metrics
 from agentrl.actor.fsdp import TokenHead, call_root, padded_scores, padded_work, write_plain_copy
-from agentrl.actor.single import make_optimizer
+from agentrl.actor.base import make_optimizer
 from agentrl.distributed import device
 from agentrl.errors import RunError
 from agentrl.metrics import LossOutputs, Tally

@@ -29,11 +29,12 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 from agentrl.actor.base import backward_all, update_metrics
-from agentrl.actor.batch import LAYOUT, TokenBatch, TrainSample, collate
-from agentrl.actor.single import make_optimizer, response_logprobs, trained_hidden
+from agentrl.actor.base import make_optimizer
 from agentrl.distributed import device
+from agentrl.forward import response_logprobs, trained_hidden
 from agentrl.metrics import LossOutputs, Tally
 from agentrl.models import load_shards
+from agentrl.packing import LAYOUT, TokenBatch, TrainSample, collate
 
 
 def idle_batch() -> TokenBatch:

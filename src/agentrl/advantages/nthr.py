@@ -26,10 +26,10 @@ from typing import ClassVar, Literal
 import torch
 from pydantic import Field
 
-from agentrl.actor.batch import Packing, per_sample
-from agentrl.actor.single import trained_hidden
 from agentrl.components import Component, Context, StepBatch
 from agentrl.config import Section
+from agentrl.forward import trained_hidden
+from agentrl.packing import Packing, per_sample
 from agentrl.registry import COMPONENTS
 
 

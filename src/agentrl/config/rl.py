@@ -80,7 +80,7 @@ class RLConfig(Section):
     pack_prefixes: bool = True
     """Step samples are packed as prefix trees, each leading part their prompts share computed
     once (update, sampler check, reference, NTHR, auxiliary losses): the same log-probs and gradients up to
-    float summation order (`agentrl.actor.batch`). A sample shares a row only where that is modelled
+    float summation order (`agentrl.packing`). A sample shares a row only where that is modelled
     cheaper at the model's shape (a longer row's attention against the tokens saved: `Packing`).
     Needs sdpa or eager attention."""
     epochs: int = Field(1, ge=1)

@@ -19,10 +19,10 @@ import torch
 from pydantic import Field
 
 from agentrl.actor.base import LossFn
-from agentrl.actor.batch import TokenBatch, TrainSample
 from agentrl.components import Component
 from agentrl.config import Section
 from agentrl.metrics import LossOutputs
+from agentrl.packing import TokenBatch, TrainSample
 from agentrl.registry import AUX_LOSSES
 
 

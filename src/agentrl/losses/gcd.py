@@ -18,16 +18,16 @@ import torch
 from pydantic import Field, model_validator
 from safetensors.torch import load_file, save_file
 
-from agentrl.actor.batch import TokenBatch, TrainSample, collate
-from agentrl.actor.single import trained_hidden
 from agentrl.advantages.common import normalize
 from agentrl.components import Component
 from agentrl.config import SamplingConfig, Section
+from agentrl.forward import trained_hidden
 from agentrl.gcd.correction import PromptCorrection
 from agentrl.gcd.judge import ChatEndpoint, ExternalJudge, critique, judge_prompt, parse_verdict
 from agentrl.gcd.labels import balanced_selection, label_counts, label_steps
 from agentrl.losses.aux import AuxBatch
 from agentrl.losses.policy import PPOClipConfig, ppo_clip
+from agentrl.packing import TokenBatch, TrainSample, collate
 from agentrl.registry import AUX_LOSSES
 from agentrl.rollout.collect import encode_prompt
 

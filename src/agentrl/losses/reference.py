@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from agentrl.actor.batch import Packing, per_sample
-from agentrl.actor.single import response_logprobs
 from agentrl.components import Component, Context, StepBatch
+from agentrl.forward import response_logprobs
 from agentrl.models import load_model
+from agentrl.packing import Packing, per_sample
 from agentrl.registry import KL_ESTIMATORS
 
 

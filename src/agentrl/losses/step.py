@@ -17,9 +17,9 @@ from __future__ import annotations
 import torch
 
 from agentrl.actor.base import LossFn
-from agentrl.actor.batch import TokenBatch
 from agentrl.losses.policy import k3
 from agentrl.metrics import LossOutputs, Tally
+from agentrl.packing import TokenBatch
 from agentrl.registry import KL_ESTIMATORS, POLICY_LOSSES
 
 

@@ -7,8 +7,8 @@ from typing import Iterable
 
 import torch
 
-from agentrl.actor.batch import Packing
 from agentrl.distributed import model_device
+from agentrl.packing import Packing
 from agentrl.sampler import shared_decode
 from agentrl.sampler.base import Generation
 

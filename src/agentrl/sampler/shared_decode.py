@@ -1,6 +1,6 @@
 """Sampling where prompts share their prefixes, in prefill and in every decoding step.
 
-The prompts but their last tokens are prefilled as prefix trees (`agentrl.actor.batch`): each
+The prompts but their last tokens are prefilled as prefix trees (`agentrl.packing`): each
 leading part they share is computed once. Each distinct one's keys and values are then kept once,
 and at every decoding step the queries of all its samples meet them in one product (as Hydragen,
 arXiv 2402.05099, does): a group of eight samples of one prompt reads that prompt's cache once, not
@@ -21,7 +21,7 @@ from transformers import DynamicCache
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
-from agentrl.actor.batch import (ROW_TOKENS, Packing, TrainSample, collate_rows, packed_chunks, tree_attention,
+from agentrl.packing import (ROW_TOKENS, Packing, TrainSample, collate_rows, packed_chunks, tree_attention,
                                  tree_columns)
 from agentrl.distributed import model_device
 
