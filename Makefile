@@ -125,7 +125,7 @@ scienceworld-cpu: runs/scienceworld-cpu/expert.jsonl  ## the same on real Scienc
 
 # GiGPO from the same cold start as GRPO: seed SEED's init, SFT and SFT evaluation are copied (times
 # kept) from runs/alfworld-cpu/seedSEED, so the pipeline reuses them (it checks their settings) and
-# runs only RL with GiGPO and its evaluation; then GiGPO - GRPO paired over the seeds of both.
+# runs only RL with GiGPO and its evaluation; then GiGPO - GRPO and GiGPO - SFT paired over the seeds of both.
 alfworld-cpu-gigpo: $(STAMP)  ## GiGPO vs GRPO on real ALFWorld from seed SEED's SFT (after make alfworld-cpu SEED=k)
 	mkdir -p runs/alfworld-cpu-gigpo/seed$(SEED)/eval
 	cd runs/alfworld-cpu/seed$(SEED) && cp -rp phases.json sft ../../alfworld-cpu-gigpo/seed$(SEED)/ \
@@ -136,6 +136,10 @@ alfworld-cpu-gigpo: $(STAMP)  ## GiGPO vs GRPO on real ALFWorld from seed SEED's
 		--out runs/alfworld-cpu-gigpo/compare
 	cp runs/alfworld-cpu-gigpo/compare/summary.md benchmarks/results/alfworld-cpu-gigpo.md
 	cp runs/alfworld-cpu-gigpo/compare/summary.json benchmarks/results/alfworld-cpu-gigpo.json
+	$(VENV)/bin/agentrl compare --runs gigpo=runs/alfworld-cpu-gigpo@rl --runs sft=runs/alfworld-cpu-gigpo@sft \
+		--out runs/alfworld-cpu-gigpo/compare-sft
+	cp runs/alfworld-cpu-gigpo/compare-sft/summary.md benchmarks/results/alfworld-cpu-gigpo-sft.md
+	cp runs/alfworld-cpu-gigpo/compare-sft/summary.json benchmarks/results/alfworld-cpu-gigpo-sft.json
 
 FORCE:
 

@@ -1,4 +1,6 @@
+import functools
 import os
+import sys
 
 import torch
 
@@ -103,3 +105,16 @@ def choice_model_dir(tiny_model_dir, tmp_path_factory):
     train_sft(load_model(tiny_model_dir), load_tokenizer(tiny_model_dir), out / "data.jsonl",
               SFTConfig(epochs=20, batch_size=8, optim={"lr": 3e-3}), 0, out / "model")
     return out / "model"
+
+
+def leaves_like_a_launched_rank(rank_fn):
+    """A spawned rank that returned leaves with os._exit(0), as a launched rank does
+    (`agentrl.cli.entry`): the interpreter's teardown of gloo's C++ objects can abort it
+    ("terminate called without an active exception", issue 27; seen in the suite under load)."""
+    @functools.wraps(rank_fn)
+    def run(*args):
+        rank_fn(*args)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return run

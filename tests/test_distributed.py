@@ -1,7 +1,6 @@
 """Data-parallel actors with real torch.distributed (gloo, 2 processes): the same global batch
 gives the same update as one process, and sharded checkpoints restore exactly."""
 
-import functools
 import json
 import math
 import os
@@ -12,6 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from conftest import leaves_like_a_launched_rank
 from safetensors.torch import load_file, save_file
 
 from agentrl.actor.single import SingleActor
@@ -69,19 +69,6 @@ def make_actor(backend, model, optim=OPTIM):
         return FSDPActor(model, optim)
     from agentrl.actor.deepspeed import DeepSpeedActor
     return DeepSpeedActor(model, optim, stage=int(backend[-1]))
-
-
-def leaves_like_a_launched_rank(rank_fn):
-    """A spawned rank that returned leaves with os._exit(0), as a launched rank does
-    (`agentrl.cli.entry`): the interpreter's teardown of gloo's C++ objects can abort it
-    ("terminate called without an active exception", issue 27; seen in the suite under load)."""
-    @functools.wraps(rank_fn)
-    def run(*args):
-        rank_fn(*args)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-    return run
 
 
 @leaves_like_a_launched_rank

@@ -333,7 +333,7 @@ def test_a_training_step_carries_on_through_a_misbehaving_judge_and_summariser(t
 
     from agentrl.gcd.correction import PromptCorrection
     from agentrl.gcd.judge import ChatEndpoint
-    from agentrl.losses.gcd import CorrectionConfig
+    from agentrl.gcd.loss import CorrectionConfig
     from agentrl.recipe import validate_config
     from agentrl.trainer import RLTrainer
 

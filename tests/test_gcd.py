@@ -13,7 +13,7 @@ from agentrl.envs.household.env import HouseholdEnvConfig
 from agentrl.gcd.data import collect_judgment_data
 from agentrl.gcd.judge import ChatEndpoint, ExternalJudge, judge_prompt, parse_verdict, vote
 from agentrl.gcd.labels import balanced_selection, label_steps, rule_labels
-from agentrl.losses.gcd import GCDAuxConfig, GCDLoss, JudgeEndpointConfig
+from agentrl.gcd.loss import GCDAuxConfig, GCDLoss, JudgeEndpointConfig
 from agentrl.metrics import LossOutputs
 from agentrl.models import load_model, load_tokenizer
 from agentrl.packing import micro_batches
@@ -231,7 +231,7 @@ def test_training_with_gcd_logs_judge_metrics_and_correction(tiny_model_dir, tmp
 def test_classifier_judge_learns_its_labels_through_the_actor(tiny_model_dir):
     from agentrl.actor.single import SingleActor
     from agentrl.config import OptimConfig
-    from agentrl.losses.gcd import ClassifierJudgeLoss
+    from agentrl.gcd.loss import ClassifierJudgeLoss
 
     model, tokenizer = load_model(tiny_model_dir), load_tokenizer(tiny_model_dir)
     judge = ClassifierJudgeLoss(gcd_config(judge="classifier"), model, tokenizer, seed=0)
@@ -299,7 +299,7 @@ def test_classifier_has_no_critiques_for_correction():
 
 
 def test_judgment_rewards_and_advantages_by_hand():
-    from agentrl.losses.gcd import group_advantages, judgment_reward
+    from agentrl.gcd.loss import group_advantages, judgment_reward
 
     assert [judgment_reward(v, True) for v in (True, False, None)] == [1.0, 0.0, 0.0]
     assert [judgment_reward(v, False) for v in (True, False, None)] == [0.0, 1.0, 0.0]

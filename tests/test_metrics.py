@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from conftest import leaves_like_a_launched_rank
 
 from agentrl.losses.step import sampler_check, sampler_gap
 from agentrl.metrics import LossOutputs, Tally
@@ -47,6 +48,7 @@ def test_the_sampler_gap_by_hand():
     assert sampler_gap(Tally()) == {}  # a step without the check reports none
 
 
+@leaves_like_a_launched_rank
 def ranks_tally(rank, world, port, out_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)

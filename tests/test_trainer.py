@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import COMPACT
+from conftest import COMPACT, leaves_like_a_launched_rank
 from safetensors.torch import load_file
 
 from agentrl.checkpoint import list_checkpoints
@@ -268,6 +268,7 @@ def largest_change(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> fl
     return max((a[n] - b[n]).abs().max().item() for n in a)
 
 
+@leaves_like_a_launched_rank
 def two_rank_learn(rank, world, port, model_dir, out_dir):
     import os
 

@@ -169,95 +169,116 @@ def _quiet_imports() -> None:
 
 
 def _command(args) -> int:
+    """The command's function: one of those that take no recipe, or one of `RECIPE_COMMANDS` with
+    the recipe loaded."""
     if args.command == "model" and args.model_command == "import-smollm2":
-        from agentrl.models import import_smollm2
-        print(import_smollm2(args.out))
-        return 0
-    if args.command == "serve":
-        return _serve(args)
-    if args.command == "plot":
-        from agentrl.plot import plot_run
-        for path in plot_run(args.run_dir, args.out):
-            print(path)
-        return 0
-    if args.command == "export":
-        from agentrl.models import export_model
-        try:
-            print(export_model(args.checkpoint, args.out, args.base))
-        except (FileNotFoundError, ValueError) as err:
-            raise ConfigError(f"export: {err}") from None
-        return 0
-    if args.command == "analyze":
-        return _analyze(args)
-    if args.command == "compare":
-        return _compare(args)
-    config = load_config(args.recipe, args.set, args.imports)
-    return _dispatch(args, config)
+        return _import_smollm2(args)
+    if args.command in COMMANDS:
+        return COMMANDS[args.command](args)
+    return RECIPE_COMMANDS[args.command](args, load_config(args.recipe, args.set, args.imports))
 
 
-def _dispatch(args, config) -> int:
+def _import_smollm2(args) -> int:
+    from agentrl.models import import_smollm2
+    print(import_smollm2(args.out))
+    return 0
+
+
+def _plot(args) -> int:
+    from agentrl.plot import plot_run
+    for path in plot_run(args.run_dir, args.out):
+        print(path)
+    return 0
+
+
+def _export(args) -> int:
+    from agentrl.models import export_model
+    try:
+        print(export_model(args.checkpoint, args.out, args.base))
+    except (FileNotFoundError, ValueError) as err:
+        raise ConfigError(f"export: {err}") from None
+    return 0
+
+
+def _run(args, config) -> int:
     from agentrl import pipeline
+    pipeline.run_pipeline(config, restart=args.restart)
+    return 0
 
-    if args.command == "run":
-        pipeline.run_pipeline(config, restart=args.restart)
-    elif args.command == "model":
-        from agentrl.config import TinyModelConfig
-        out = args.out or config.model.path
-        if out is None:
-            raise ConfigError(f"{args.recipe}: model init needs --out or model.path")
-        print(pipeline.make_tiny_model(config.model_copy(update={"init": config.init or TinyModelConfig()}), out))
-    elif args.command == "data":
-        episodes = args.episodes or (config.sft.episodes if config.sft else 100)
-        judgments = args.judgments if args.judgments is not None else (config.sft.judgments if config.sft else 0)
-        stats = pipeline.expert_data_once(config, args.out, episodes, judgments, args.split,
-                                          say=lambda line: print(f"{args.out}: {line}", file=sys.stderr))
-        if stats is not None:
-            print(json.dumps(stats))
-    elif args.command == "prepare":
-        from agentrl.envs import make_env
-        env = make_env(config.env)
-        try:
-            counts = {split: len(env.split_tasks(split)) for split in ("train", "l0", "l1", "l2")}
-            if config.env.type == "alfworld":
-                from agentrl.envs.alfworld.games import game_file
-                for game in {g for split in ("train", "l0", "l1") for g in env.split_tasks(split)}:
-                    game_file(env.root, game)
-        finally:
-            env.close()
-        print(json.dumps({"env": config.env.type, "tasks": counts}))
-    elif args.command == "sft":
-        from agentrl import distributed
-        from agentrl.actor import SingleActorConfig, check_launch
-        from agentrl.config import SFTConfig
-        if config.sft is None:
-            config = config.model_copy(update={"sft": SFTConfig(actor=config.rl.actor if config.rl else SingleActorConfig())})
-        check_launch(config.sft.actor, "sft.actor", int(os.environ.get("WORLD_SIZE", "1")))
-        model = _model(args, config)
-        distributed.init_from_env()  # under torchrun / accelerate launch: one rank per process
-        out = pipeline.sft(config, model, args.data, args.out)
-        if distributed.is_main():
-            print(out)
-        distributed.shutdown()
-    elif args.command == "train":
-        return _train(args, config)
-    elif args.command == "plan":
-        from agentrl.plan import architecture, memory_plan, print_plan
-        if args.gpus < 1 or args.gpu_memory <= 0:
-            raise ConfigError("plan: --gpus must be at least 1 and --gpu-memory positive")
-        plan = memory_plan(config, args.gpus, args.gpu_memory, context=args.context)
-        if args.json:
-            print(json.dumps(plan, indent=2))
-        else:
-            print_plan(plan, args.gpus, args.gpu_memory, architecture(config).params)
-    elif args.command == "eval":
-        checkpoint = Path(args.checkpoint)
-        if (checkpoint / "model" / "config.json").is_file():  # a checkpoint folder: its HF model
-            checkpoint = checkpoint / "model"
-        results = pipeline.evaluate_checkpoint(config, str(checkpoint), Path(args.out))
-        pipeline.print_summary({"splits": list(results), "episodes": config.eval.episodes,
-                                "phases": {str(checkpoint): results}})
-        pipeline.print_task_types(results)
-        print(f"results: {Path(args.out) / 'results.json'}")
+
+def _model_init(args, config) -> int:
+    from agentrl import pipeline
+    from agentrl.config import TinyModelConfig
+    out = args.out or config.model.path
+    if out is None:
+        raise ConfigError(f"{args.recipe}: model init needs --out or model.path")
+    print(pipeline.make_tiny_model(config.model_copy(update={"init": config.init or TinyModelConfig()}), out))
+    return 0
+
+
+def _data(args, config) -> int:
+    from agentrl import pipeline
+    episodes = args.episodes or (config.sft.episodes if config.sft else 100)
+    judgments = args.judgments if args.judgments is not None else (config.sft.judgments if config.sft else 0)
+    stats = pipeline.expert_data_once(config, args.out, episodes, judgments, args.split,
+                                      say=lambda line: print(f"{args.out}: {line}", file=sys.stderr))
+    if stats is not None:
+        print(json.dumps(stats))
+    return 0
+
+
+def _prepare(args, config) -> int:
+    """The environment's task lists, and whatever it builds once on first use (its `prepare`)."""
+    from agentrl.envs import make_env
+    env = make_env(config.env)
+    try:
+        counts = {split: len(env.split_tasks(split)) for split in ("train", "l0", "l1", "l2")}
+        if hasattr(env, "prepare"):
+            env.prepare()
+    finally:
+        env.close()
+    print(json.dumps({"env": config.env.type, "tasks": counts}))
+    return 0
+
+
+def _sft(args, config) -> int:
+    from agentrl import distributed, pipeline
+    from agentrl.actor import SingleActorConfig, check_launch
+    from agentrl.config import SFTConfig
+    if config.sft is None:
+        config = config.model_copy(update={"sft": SFTConfig(actor=config.rl.actor if config.rl else SingleActorConfig())})
+    check_launch(config.sft.actor, "sft.actor", int(os.environ.get("WORLD_SIZE", "1")))
+    model = _model(args, config)
+    distributed.init_from_env()  # under torchrun / accelerate launch: one rank per process
+    out = pipeline.sft(config, model, args.data, args.out)
+    if distributed.is_main():
+        print(out)
+    distributed.shutdown()
+    return 0
+
+
+def _plan(args, config) -> int:
+    from agentrl.plan import architecture, memory_plan, print_plan
+    if args.gpus < 1 or args.gpu_memory <= 0:
+        raise ConfigError("plan: --gpus must be at least 1 and --gpu-memory positive")
+    plan = memory_plan(config, args.gpus, args.gpu_memory, context=args.context)
+    if args.json:
+        print(json.dumps(plan, indent=2))
+    else:
+        print_plan(plan, args.gpus, args.gpu_memory, architecture(config).params)
+    return 0
+
+
+def _eval(args, config) -> int:
+    from agentrl import pipeline
+    checkpoint = Path(args.checkpoint)
+    if (checkpoint / "model" / "config.json").is_file():  # a checkpoint folder: its HF model
+        checkpoint = checkpoint / "model"
+    results = pipeline.evaluate_checkpoint(config, str(checkpoint), Path(args.out))
+    pipeline.print_summary({"splits": list(results), "episodes": config.eval.episodes,
+                            "phases": {str(checkpoint): results}})
+    pipeline.print_task_types(results)
+    print(f"results: {Path(args.out) / 'results.json'}")
     return 0
 
 
@@ -420,3 +441,10 @@ def entry() -> None:
 
 if __name__ == "__main__":
     entry()
+
+
+COMMANDS = {"serve": _serve, "plot": _plot, "export": _export, "analyze": _analyze, "compare": _compare}
+"""Commands that read no recipe: `(args) -> exit status`."""
+RECIPE_COMMANDS = {"run": _run, "model": _model_init, "data": _data, "prepare": _prepare, "sft": _sft,
+                   "train": _train, "plan": _plan, "eval": _eval}
+"""Commands on a recipe: `(args, config) -> exit status`."""

@@ -47,6 +47,9 @@ class StepResult:
 
 @runtime_checkable
 class Environment(Protocol):
+    """What the rollout needs of an environment. It may also define `prepare()`: build once, for
+    `agentrl prepare`, what it would otherwise build on first use (ALFWorld: its game files)."""
+
     max_steps: int
 
     def reset(self, task_id: str) -> Observation: ...

@@ -158,6 +158,11 @@ class AlfWorldEnv:
     def close(self) -> None:
         self._env.close()
 
+    def prepare(self) -> None:
+        """Build every train, L0 and L1 game file now (`agentrl prepare`) rather than on first use."""
+        for game in {g for split in ("train", "l0", "l1") for g in self.split_tasks(split)}:
+            game_file(self.root, game)
+
     def _observation(self, text: str) -> Observation:
         actions = [a for a in self.state.admissible_commands if a != "help"]
         return Observation(text=text, task=self.task, admissible_actions=actions, anchor=text,
