@@ -439,12 +439,13 @@ def entry() -> None:
     sys.exit(code)
 
 
-if __name__ == "__main__":
-    entry()
-
-
 COMMANDS = {"serve": _serve, "plot": _plot, "export": _export, "analyze": _analyze, "compare": _compare}
 """Commands that read no recipe: `(args) -> exit status`."""
 RECIPE_COMMANDS = {"run": _run, "model": _model_init, "data": _data, "prepare": _prepare, "sft": _sft,
                    "train": _train, "plan": _plan, "eval": _eval}
 """Commands on a recipe: `(args, config) -> exit status`."""
+
+
+if __name__ == "__main__":
+    entry()
+
