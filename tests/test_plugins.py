@@ -154,5 +154,5 @@ def test_a_plugin_component_and_train_resume_against_changed_plugin_code(tmp_pat
     rows = (tmp_path / "run" / "rl" / "logs" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in rows] == [1, 2]
 
-    with pytest.raises(ConfigError, match="trainer component 'step_costs'; registered: step_cost"):
+    with pytest.raises(ConfigError, match="trainer component 'step_costs'; registered: coupling, nthr, step_cost"):
         load_config(recipe, ["rl.components=[{type: step_costs}]"])
