@@ -11,7 +11,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo scienceworld-cpu FORCE testbed testbed-gcd test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
+.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo scienceworld-cpu FORCE testbed testbed-gcd test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
 	pipeline sft rl eval plan
 
 help:  ## this list
@@ -123,23 +123,33 @@ alfworld-cpu: runs/alfworld-cpu/expert.jsonl  ## one seed (SEED=k) of the pipeli
 scienceworld-cpu: runs/scienceworld-cpu/expert.jsonl  ## the same on real ScienceWorld (SEED=k)
 	$(call engine_cpu,scienceworld)
 
-# GiGPO from the same cold start as GRPO: seed SEED's init, SFT and SFT evaluation are copied (times
-# kept) from runs/alfworld-cpu/seedSEED, so the pipeline reuses them (it checks their settings) and
-# runs only RL with GiGPO and its evaluation; then GiGPO - GRPO and GiGPO - SFT paired over the seeds of both.
+# Another estimator from the same cold start as GRPO: seed SEED's init, SFT and SFT evaluation are
+# copied (times kept) from runs/alfworld-cpu/seedSEED, so the pipeline reuses them (it checks their
+# settings) and runs only RL with the estimator and its evaluation; then estimator - GRPO and
+# estimator - SFT paired over the seeds of both.
+ESTIMATOR_SET_gigpo := --set "rl.advantage={type: gigpo}"
+ESTIMATOR_SET_gagpo := --set "rl.advantage={type: gagpo}" --set "rl.loss={type: seq_ratio}"  # as in the paper
+define from_cold_start
+	mkdir -p runs/alfworld-cpu-$(1)/seed$(SEED)/eval
+	cd runs/alfworld-cpu/seed$(SEED) && cp -rp phases.json sft ../../alfworld-cpu-$(1)/seed$(SEED)/ \
+		&& cp -rp eval/sft ../../alfworld-cpu-$(1)/seed$(SEED)/eval/
+	$(VENV)/bin/agentrl run recipes/alfworld-cpu.yaml --set seed=$(SEED) --set run_dir=runs/alfworld-cpu-$(1)/seed$(SEED) \
+		--set model.path=runs/alfworld-cpu/seed$(SEED)/model-init $(ESTIMATOR_SET_$(1)) $(OVERRIDES)
+	$(VENV)/bin/agentrl compare --runs $(1)=runs/alfworld-cpu-$(1)@rl --runs grpo=runs/alfworld-cpu@rl \
+		--out runs/alfworld-cpu-$(1)/compare
+	cp runs/alfworld-cpu-$(1)/compare/summary.md benchmarks/results/alfworld-cpu-$(1).md
+	cp runs/alfworld-cpu-$(1)/compare/summary.json benchmarks/results/alfworld-cpu-$(1).json
+	$(VENV)/bin/agentrl compare --runs $(1)=runs/alfworld-cpu-$(1)@rl --runs sft=runs/alfworld-cpu-$(1)@sft \
+		--out runs/alfworld-cpu-$(1)/compare-sft
+	cp runs/alfworld-cpu-$(1)/compare-sft/summary.md benchmarks/results/alfworld-cpu-$(1)-sft.md
+	cp runs/alfworld-cpu-$(1)/compare-sft/summary.json benchmarks/results/alfworld-cpu-$(1)-sft.json
+endef
+
 alfworld-cpu-gigpo: $(STAMP)  ## GiGPO vs GRPO on real ALFWorld from seed SEED's SFT (after make alfworld-cpu SEED=k)
-	mkdir -p runs/alfworld-cpu-gigpo/seed$(SEED)/eval
-	cd runs/alfworld-cpu/seed$(SEED) && cp -rp phases.json sft ../../alfworld-cpu-gigpo/seed$(SEED)/ \
-		&& cp -rp eval/sft ../../alfworld-cpu-gigpo/seed$(SEED)/eval/
-	$(VENV)/bin/agentrl run recipes/alfworld-cpu.yaml --set seed=$(SEED) --set run_dir=runs/alfworld-cpu-gigpo/seed$(SEED) \
-		--set model.path=runs/alfworld-cpu/seed$(SEED)/model-init --set "rl.advantage={type: gigpo}" $(OVERRIDES)
-	$(VENV)/bin/agentrl compare --runs gigpo=runs/alfworld-cpu-gigpo@rl --runs grpo=runs/alfworld-cpu@rl \
-		--out runs/alfworld-cpu-gigpo/compare
-	cp runs/alfworld-cpu-gigpo/compare/summary.md benchmarks/results/alfworld-cpu-gigpo.md
-	cp runs/alfworld-cpu-gigpo/compare/summary.json benchmarks/results/alfworld-cpu-gigpo.json
-	$(VENV)/bin/agentrl compare --runs gigpo=runs/alfworld-cpu-gigpo@rl --runs sft=runs/alfworld-cpu-gigpo@sft \
-		--out runs/alfworld-cpu-gigpo/compare-sft
-	cp runs/alfworld-cpu-gigpo/compare-sft/summary.md benchmarks/results/alfworld-cpu-gigpo-sft.md
-	cp runs/alfworld-cpu-gigpo/compare-sft/summary.json benchmarks/results/alfworld-cpu-gigpo-sft.json
+	$(call from_cold_start,gigpo)
+
+alfworld-cpu-gagpo: $(STAMP)  ## GAGPO (seq_ratio loss) vs GRPO, the same way (after make alfworld-cpu SEED=k)
+	$(call from_cold_start,gagpo)
 
 FORCE:
 

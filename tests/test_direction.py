@@ -8,7 +8,7 @@ import torch
 
 from agentrl.forward import response_logprobs
 from agentrl.packing import TrainSample, collate
-from agentrl.rollout.collect import encode_prompt
+from agentrl.prompting import encode_prompt
 from agentrl.trainer import RLTrainer
 
 import twostep

@@ -43,23 +43,37 @@ def test_only_tokens_coupled_to_positives_are_downweighted():
     assert coupling(h_neg, y_neg, p, h_pos, y_pos, p_pos)[1].abs().max() < 1e-4
 
 
-def test_apply_nthr_rescales_only_negative_samples_of_mixed_groups(tiny_model_dir):
+def test_nthr_scales_only_negative_samples_of_mixed_groups(tiny_model_dir):
     from agentrl.packing import TrainSample
-    from agentrl.advantages.nthr import NTHRConfig, apply_nthr
+    from agentrl.advantages.nthr import NTHRConfig, nthr_scales
     from agentrl.models import load_model
 
     model = load_model(str(tiny_model_dir))
-
-    def sample(advantage, response):
-        return TrainSample.from_turn([5, 6, 7], response, advantages=[advantage] * len(response))
-
-    samples = [sample(1.0, [8, 9]), sample(-1.0, [8, 9]), sample(-2.0, [10, 11, 12]),  # group 0
-               sample(-1.0, [8, 9])]  # group 1: no positive sample
+    samples = [TrainSample.from_turn([5, 6, 7], response) for response in ([8, 9], [8, 9], [10, 11, 12], [8, 9])]
+    advantages, groups = [1.0, -1.0, -2.0, -1.0], [0, 0, 0, 1]  # group 1: no positive sample
     # tau very low: every negative token of group 0 counts as coupled.
-    metrics = apply_nthr(model, samples, [0, 0, 0, 1], NTHRConfig(tau=-1e9, eta=0.5), 1.0, 0, 10_000)
-    assert [s.advantages for s in samples] == [[1.0, 1.0], [-0.5, -0.5], [-1.0, -1.0, -1.0], [-1.0, -1.0]]
+    scales, metrics = nthr_scales(model, samples, advantages, groups, NTHRConfig(tau=-1e9, eta=0.5), 1.0, 0, 10_000)
+    assert scales == {1: [0.5, 0.5], 2: [0.5, 0.5, 0.5]}
     assert metrics == {"nthr/negative_tokens": 5.0, "nthr/downweighted_share": 1.0}
     # tau very high: nothing is coupled enough.
-    samples = [sample(1.0, [8, 9]), sample(-1.0, [8, 9])]
-    apply_nthr(model, samples, [0, 0], NTHRConfig(tau=1e9, eta=0.5), 1.0, 0, 10_000)
-    assert samples[1].advantages == [-1.0, -1.0]
+    scales, metrics = nthr_scales(model, samples[:2], [1.0, -1.0], [0, 0], NTHRConfig(tau=1e9, eta=0.5), 1.0, 0,
+                                  10_000)
+    assert scales == {1: [1.0, 1.0]} and metrics["nthr/downweighted_share"] == 0.0
+
+
+def test_the_step_batch_writes_each_advantage_once_times_its_token_scales():
+    from agentrl.advantages.common import Advantages
+    from agentrl.components import StepBatch
+    from agentrl.packing import TrainSample
+    from agentrl.rollout.types import StepSample, Trajectory
+
+    steps = [StepSample([1, 2], [3, 4], [-0.1, -0.1], "r", "a", "o", "k") for _ in range(3)]
+    trajectories = [Trajectory("a", 0, "t", steps[:2]), Trajectory("b", 0, "t", steps[2:])]
+    samples = [TrainSample.from_turn([1, 2], [3, 4]) for _ in steps]
+    batch = StepBatch(1, trajectories, steps, samples)
+    batch.set_advantages(Advantages(values=[[1.0, 2.0], [-3.0]]))
+    batch.scale_advantages(2, [0.5, 1.0])
+    batch.scale_advantages(2, [0.5, 0.0])
+    batch.attach_advantages()
+    assert [s.advantage for s in steps] == [1.0, 2.0, -3.0]
+    assert [s.advantages for s in samples] == [[1.0, 1.0], [2.0, 2.0], [-0.75, 0.0]]

@@ -215,7 +215,7 @@ def test_coupling_lab_metrics_join_the_step_metrics_on_its_steps(tiny_model_dir,
     from agentrl.data import play
     from agentrl.envs import make_env
     from agentrl.envs.household.env import HouseholdEnvConfig
-    from agentrl.rollout.collect import encode_prompt
+    from agentrl.prompting import encode_prompt
 
     env, rng = make_env(HouseholdEnvConfig()), random.Random(1)
     config = small_config(tmp_path, 2, components=[{"type": "coupling", "every": 2}], old_logprobs="actor")
@@ -507,7 +507,7 @@ def test_steps_carry_the_environments_anchor_and_the_sampled_tokens(choice_model
     the sampled token ids with their end-of-turn token, the prompt the encoded prompt text."""
     import twostep
 
-    from agentrl.rollout.collect import encode_prompt
+    from agentrl.prompting import encode_prompt
 
     trainer = RLTrainer(twostep.config(tmp_path), str(choice_model_dir), tmp_path)
     try:
@@ -562,7 +562,7 @@ def test_ppo_critic_regresses_onto_the_step_returns(choice_model_dir, tmp_path):
     fitted to the whitened advantages instead, neither would leave [-2, 2]."""
     import twostep
 
-    from agentrl.rollout.collect import encode_prompt
+    from agentrl.prompting import encode_prompt
 
     config = twostep.config(tmp_path, advantage={"type": "ppo", "critic_lr": 3e-3, "critic_epochs": 30,
                                                  "value_clip": 100.0, "lam": 1.0, "gamma": 1.0})
@@ -714,7 +714,7 @@ def assert_round_trip(config, model_dir):
     """The token ids trained are exactly those the sampler saw and produced, turn after turn: no
     response re-tokenised, no token lost at a turn boundary, the chat template applied once, the
     same way, and the sampler's log-probs travelling with their own tokens."""
-    from agentrl.rollout.collect import encode_prompt
+    from agentrl.prompting import encode_prompt
 
     sampled, trained, trajectories, tokenizer = sampled_and_trained(config, model_dir)
     steps = [s for t in trajectories for s in t.steps]

@@ -5,8 +5,8 @@ The trainer calls every component's hooks at fixed points of a step, in order:
     hint(step)          text put before every training prompt of the step (prompt correction)
     score(batch)        after the rollouts, before the advantages: reference log-probs, reward
                         terms (the KL penalty), critic values
-    shape(batch)        after the advantages, before the update: per-token reweighting (NTHR),
-                        measurements (the coupling lab)
+    shape(batch)        after the advantages, before the update: per-token reweighting (NTHR,
+                        through `batch.scale_advantages`), measurements (the coupling lab)
     after_update(batch) after the actor's update (the critic's regression)
 
 and, outside the step, `evaluate` (numbers added to each split's results), `parameters` (trained
@@ -44,20 +44,34 @@ class StepBatch:
     """Their steps, in trajectory order."""
     samples: list[TrainSample]
     """One training sample per step, same order, with its per-token fields (old_logprobs from the
-    start, ref_logprobs after the reference's `score`, advantages before `shape`)."""
+    start, ref_logprobs after the reference's `score`, advantages after the `shape` hooks)."""
     advantages: Advantages | None = None
     """The estimator's result (None before `shape`)."""
+    token_scales: dict[int, list[float]] = field(default_factory=dict)
+    """Multipliers of a sample's per-token advantages (by its place in `samples`) that `shape`
+    hooks set through `scale_advantages` (e.g. NTHR's down-weighted negative tokens)."""
     metrics: dict[str, float] = field(default_factory=dict)
     """Namespaced metrics the hooks add (e.g. critic/value_loss)."""
 
     def set_advantages(self, advantages: Advantages) -> None:
-        """The estimator's result, each step's advantage onto the step and its sample's tokens
-        (their one writer; `Advantages.values` holds each trajectory's steps in order)."""
+        """The estimator's result, each step's advantage onto its step (`Advantages.values` holds
+        each trajectory's steps in order)."""
         self.advantages = advantages
         flat = [a for values in advantages.values for a in values]
-        for step, sample, a in zip(self.steps, self.samples, flat, strict=True):
+        for step, a in zip(self.steps, flat, strict=True):
             step.advantage = a
-            sample.advantages = [a] * sample.n_targets
+
+    def scale_advantages(self, index: int, weights: list[float]) -> None:
+        """Multiply the per-token advantages of sample `index` by `weights` (one per trained token)."""
+        old = self.token_scales.get(index, [1.0] * len(weights))
+        self.token_scales[index] = [a * b for a, b in zip(old, weights, strict=True)]
+
+    def attach_advantages(self) -> None:
+        """Each step's advantage onto its sample's trained tokens, times the token scales: the one
+        writer of `TrainSample.advantages`."""
+        for i, (step, sample) in enumerate(zip(self.steps, self.samples, strict=True)):
+            scales = self.token_scales.get(i, [1.0] * sample.n_targets)
+            sample.advantages = [step.advantage * w for w in scales]
 
 
 class Component:

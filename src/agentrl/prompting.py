@@ -22,6 +22,14 @@ from agentrl.files import write_atomic
 if TYPE_CHECKING:
     from agentrl.envs.base import Observation
 
+def encode_prompt(tokenizer, text: str) -> list[int]:
+    """The token ids of `text` as one user turn in the tokenizer's chat template, the assistant's
+    turn opened (what the sampler is given)."""
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                         add_generation_prompt=True)
+    return tokenizer(chat, add_special_tokens=False).input_ids
+
+
 DEFAULT_TEMPLATE = (
     "You are an agent in a household. Your task is to: {task}\n"
     "You have taken {step} step(s). Recent history:\n{history}\n"

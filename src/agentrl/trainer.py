@@ -176,6 +176,7 @@ class RLTrainer:
         with timed(timing, "advantage"):
             batch.set_advantages(compute_advantages(usable, self.rl.advantage))
         self._hook("shape", batch, timing)  # per-token reweighting, measurements
+        batch.attach_advantages()
         with timed(timing, "aux_prepare"):
             aux_batches = {aux.name: aux.prepare(usable, step) for aux in self.aux_losses}
         self.sampler.sleep()  # (vLLM on a GPU) its memory is the actor's until the weights are pushed

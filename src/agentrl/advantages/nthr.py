@@ -73,18 +73,21 @@ def token_hidden(model, samples, pad_id: int, token_budget: int, pack: Packing |
     return [(h, torch.tensor(s.ids)[1:][torch.tensor(s.mask)[1:]].to(h.device)) for h, s in zip(hidden, samples)]
 
 
-def apply_nthr(model, samples, group_ids: list[int], config, temperature: float, pad_id: int,
-               token_budget: int, pack: Packing | None = None) -> dict[str, float]:
-    """Rescale the per-token `advantages` of the negative samples in place."""
+def nthr_scales(model, samples, advantages: list[float], group_ids: list[int], config, temperature: float,
+                pad_id: int, token_budget: int, pack: Packing | None = None
+                ) -> tuple[dict[int, list[float]], dict[str, float]]:
+    """The per-token multipliers of the negative samples' advantages (by the sample's place in
+    `samples`; the others are untouched) and the step's nthr/* metrics. `advantages` are the
+    samples' step advantages."""
     features = token_hidden(model, samples, pad_id, token_budget, pack)
     head = model.get_output_embeddings().weight.detach().float()
     groups: dict[int, list[int]] = {}
     for i, g in enumerate(group_ids):
         groups.setdefault(g, []).append(i)
-    negative_tokens = downweighted = 0
+    scales: dict[int, list[float]] = {}
     for members in groups.values():
-        pos = [i for i in members if samples[i].advantages[0] > 0]
-        neg = [i for i in members if samples[i].advantages[0] < 0]
+        pos = [i for i in members if advantages[i] > 0]
+        neg = [i for i in members if advantages[i] < 0]
         if not pos or not neg:
             continue
         h_pos = torch.cat([features[i][0] for i in pos])
@@ -94,14 +97,12 @@ def apply_nthr(model, samples, group_ids: list[int], config, temperature: float,
                                      config.tau, config.eta).tolist()
         offset = 0
         for i in neg:
-            values = samples[i].advantages
-            w = weights[offset:offset + len(values)]
-            samples[i].advantages = [a * x for a, x in zip(values, w)]
-            offset += len(values)
-            negative_tokens += len(values)
-            downweighted += sum(x != 1.0 for x in w)
-    return {"nthr/negative_tokens": float(negative_tokens),
-            "nthr/downweighted_share": downweighted / negative_tokens if negative_tokens else 0.0}
+            n = samples[i].n_targets
+            scales[i], offset = weights[offset:offset + n], offset + n
+    negative_tokens = sum(len(w) for w in scales.values())
+    downweighted = sum(x != 1.0 for w in scales.values() for x in w)
+    return scales, {"nthr/negative_tokens": float(negative_tokens),
+                    "nthr/downweighted_share": downweighted / negative_tokens if negative_tokens else 0.0}
 
 
 @COMPONENTS.register("nthr", NTHRConfig)
@@ -117,5 +118,8 @@ class NTHR(Component):
 
     def shape(self, batch: StepBatch) -> None:
         group_ids = [t.group_id for t in batch.trajectories for _ in t.steps]
-        batch.metrics.update(apply_nthr(self.policy, batch.samples, group_ids, self.config, self.temperature,
-                                        self.pad_id, self.token_budget, self.pack))
+        scales, metrics = nthr_scales(self.policy, batch.samples, [s.advantage for s in batch.steps], group_ids,
+                                      self.config, self.temperature, self.pad_id, self.token_budget, self.pack)
+        for i, weights in scales.items():
+            batch.scale_advantages(i, weights)
+        batch.metrics.update(metrics)

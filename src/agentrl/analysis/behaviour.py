@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from agentrl.prompting import parse_action
-from agentrl.rollout.collect import encode_prompt
+from agentrl.prompting import encode_prompt, parse_action
 from agentrl.rollout.types import StepSample, Trajectory
 
 

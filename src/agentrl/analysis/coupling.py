@@ -18,7 +18,7 @@ from pydantic import Field
 from agentrl.components import Component, Context, StepBatch
 from agentrl.config import Section
 from agentrl.distributed import model_device
-from agentrl.rollout.collect import encode_prompt
+from agentrl.prompting import encode_prompt
 from agentrl.registry import COMPONENTS
 from agentrl.seeding import step_seed
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from agentrl.config import SamplingConfig
 from agentrl.gcd.judge import EndpointError
-from agentrl.rollout.collect import encode_prompt
+from agentrl.prompting import encode_prompt
 
 SUMMARY_PROMPT = ("An agent made these mistakes while doing household tasks:\n{critiques}\n"
                   "Summarise them as a short list of mistakes to avoid, one per line.")

@@ -28,8 +28,8 @@ from agentrl.gcd.labels import balanced_selection, label_counts, label_steps
 from agentrl.losses.aux import AuxBatch
 from agentrl.losses.policy import PPOClipConfig, ppo_clip
 from agentrl.packing import TokenBatch, TrainSample, collate
+from agentrl.prompting import encode_prompt
 from agentrl.registry import AUX_LOSSES
-from agentrl.rollout.collect import encode_prompt
 
 
 class JudgeEndpointConfig(Section):

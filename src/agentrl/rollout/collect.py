@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from agentrl.prompting import HistoryEntry, parse_action, render_prompt
+from agentrl.prompting import HistoryEntry, encode_prompt, parse_action, render_prompt
 from agentrl.rollout.types import StepSample, Trajectory
 
 
@@ -32,12 +32,6 @@ class Episode:
     history: list[HistoryEntry] = field(default_factory=list)
     prompt_text: str = ""
     prompt_ids: list[int] = field(default_factory=list)
-
-
-def encode_prompt(tokenizer, text: str) -> list[int]:
-    chat = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                         add_generation_prompt=True)
-    return tokenizer(chat, add_special_tokens=False).input_ids
 
 
 class EpisodeRules:
