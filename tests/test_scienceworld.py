@@ -152,6 +152,76 @@ def test_the_teleporting_expert_goes_straight_where_the_gold_path_walks(env):
         ScienceWorldEnvConfig(simplification="", expert_teleports=True)
 
 
+def test_a_move_the_engine_does_not_understand_is_rejected_and_changes_nothing(env):
+    """try_step: the engine's parser answers before it acts, so a move it does not understand
+    (or a reply with no action) is `Rejected` with nothing changed and no step counted. Tried
+    between every move of a gold path, the path still scores 100 in its own number of steps and
+    the expert stays on it. Without `reject_unparsed` the move is played."""
+    env.reset("find-living-thing/202")
+    assert env.try_step("fly to the moon").info["admissible"] is False and env.steps == 1  # by default: played
+    env.reject_unparsed = True
+    try:
+        env.reset("find-living-thing/202")
+        rejected_along_a_gold_path(env)
+    finally:
+        env.reject_unparsed = False
+
+
+def rejected_along_a_gold_path(env):
+    from agentrl.envs.base import Rejected
+    from agentrl.envs.scienceworld.env import NOT_UNDERSTOOD
+
+    for steps in range(1, 20):
+        for nonsense in ("fly to the moon", None):
+            rejected = env.try_step(nonsense)
+            assert isinstance(rejected, Rejected) and rejected.feedback == NOT_UNDERSTOOD
+        assert env.steps == steps - 1
+        result = env.try_step(env.expert_action()[1])
+        assert not isinstance(result, Rejected) and result.info["admissible"]
+        if result.done:
+            break
+    assert result.success and result.info["score"] == 100 and steps == len(env.gold)
+
+
+def test_retries_judged_by_the_engine_play_the_first_move_it_takes(scienceworld_splits, tiny_model_dir, tmp_path):
+    """sampling.retries with an environment that judges moves itself: a move the engine rejects
+    is sampled again in the same state (not trained on, not counted against the step limit),
+    until one is taken or the retries are spent (then the last is played, understood or not).
+    Lock-step and async play the same episode."""
+    from agentrl.config import EnvPoolConfig, PromptConfig, SamplingConfig
+    from agentrl.envs.pool import EnvPool
+    from agentrl.models import load_tokenizer
+    from agentrl.rollout.collect import collect
+    from agentrl.rollout.records import read_trajectories, write_trajectories
+    from agentrl.sampler.base import Generation
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+
+    class Typist:
+        """Answers every prompt with the next of `moves` (the sampler is not what is tested)."""
+
+        def __init__(self, moves):
+            self.moves = list(moves)
+
+        def generate(self, prompts, params):
+            texts = [f"<think>x</think><action>{self.moves.pop(0)}</action>" for _ in prompts]
+            return [Generation(tokenizer(t, add_special_tokens=False).input_ids, [0.0] * 3) for t in texts]
+
+    moves = ["fly to the moon", "look around", "pick up the sun", "dance", "inventory"]
+    config = ScienceWorldEnvConfig(splits_dir=scienceworld_splits, max_steps=3, gold_path=False, reject_unparsed=True)
+    prompt, sampling = PromptConfig(template="{task} {observation}"), SamplingConfig(retries=1)
+    with EnvPool(config, EnvPoolConfig(workers=1)) as pool:
+        played = {mode: collect(pool, Typist(moves), tokenizer, ["find-living-thing/202"], 1, prompt, sampling,
+                                mode=mode)[0] for mode in ("lockstep", "async")}
+    for trajectory in played.values():
+        assert [(s.action, s.rejected) for s in trajectory.steps] == [("look around", 1), ("dance", 1),
+                                                                      ("inventory", 0)]
+        assert [s.progress for s in trajectory.steps] == [None, False, None]  # "dance": played not understood
+        assert not trajectory.aborted
+    write_trajectories(tmp_path / "saved.jsonl", [played["async"]])
+    assert [s.rejected for s in read_trajectories(tmp_path / "saved.jsonl")[0].steps] == [1, 1, 0]
+
+
 def test_prompt_listing_stays_in_budget(env):
     obs = env.reset(env.split_tasks("l1")[0])
     assert len(obs.admissible_actions) > 50 and "reset task" not in obs.admissible_actions

@@ -75,6 +75,7 @@ def plugin_fingerprints(config: Config) -> dict[str, str]:
 
 
 OLD_BEHAVIOUR = {"rl.mini_batch_order": "shuffled", "env.memory": False, "env.expert_teleports": False,
+                 "env.reject_unparsed": False,
                  "rl.coupling_every": 0, "rl.coupling_pairs": 8, "rl.coupling_lr": 0.001}
 """Settings added since runs were first recorded whose default is not None, each with the value
 that does what runs recorded without it did; and settings gone since (the coupling lab's, now a

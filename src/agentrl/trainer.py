@@ -62,6 +62,7 @@ def rollout_metrics(trajectories) -> dict[str, float]:
         "rollout/episode_reward": sum(t.episode_reward for t in trajectories) / n,
         "rollout/length": len(steps) / n,
         "rollout/invalid_rate": sum(not s.valid for s in steps) / max(len(steps), 1),
+        "rollout/rejected_per_step": sum(s.rejected for s in steps) / max(len(steps), 1),
         "rollout/repeated_rate": sum(t.repeated_actions for t in trajectories) / max(len(steps), 1),
         "rollout/response_tokens": statistics.fmean(len(s.response_ids) for s in steps) if steps else 0.0,
         "rollout/aborted": float(sum(t.aborted for t in trajectories)),

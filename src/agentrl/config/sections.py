@@ -84,8 +84,10 @@ class SamplingConfig(Section):
     """Longest response per step (the end-of-turn token included)."""
     retries: int = Field(0, ge=0)
     """Sample a step's response again, up to this many times, while the action it names is not
-    among the environment's admissible actions (an environment that lists none is never
-    retried); the first admissible one is played, else the last. A policy that repeats a no-op
+    among the environment's admissible actions, and, in an environment whose engine judges moves
+    itself (`try_step`: ScienceWorld's parser), while the engine rejects it (a rejected move
+    changes nothing and costs no step); the first move taken is played, else the last. An
+    environment that lists no actions and judges none is never retried. A policy that repeats a no-op
     in a state its no-op leaves unchanged is stuck until the step limit; BUTLER's evaluation
     played its next beam the same way. Retries sample as the first try does (at temperature 0
     they repeat it); in RL rollouts only the played sample is trained on."""

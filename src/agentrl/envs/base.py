@@ -2,7 +2,10 @@
 
 An environment plays one task at a time. `reset(task_id)` starts the task and returns the first
 `Observation`; `step(action)` applies one action (or `None` for a response that held no parseable
-action: a no-op that still costs a step) and returns a `StepResult`.
+action: a no-op that still costs a step) and returns a `StepResult`. An environment whose engine
+judges moves itself may also define `try_step(action)`: the step if the engine takes the move, else
+`Rejected` with nothing changed and no step counted, so that the agent may choose again
+(`sampling.retries`; ScienceWorld: a move its parser does not understand).
 """
 
 from __future__ import annotations
@@ -43,6 +46,14 @@ class StepResult:
     progress: bool | None = None
     """The environment's own verdict on the action (True: it helped, False: it could not help,
     None: no opinion); GCD's `env` label source reads it."""
+
+
+@dataclass
+class Rejected:
+    """A move `try_step` did not play: the environment's state and step count are unchanged."""
+
+    feedback: str
+    """What the environment answered (e.g. ScienceWorld's "No known action matches that input.")."""
 
 
 @runtime_checkable

@@ -33,7 +33,7 @@ from collections import deque
 
 from agentrl.config import ConfigError, EnvPoolConfig
 from agentrl.envs import make_env
-from agentrl.envs.base import NoExpertMove, Observation, StepResult
+from agentrl.envs.base import NoExpertMove, Observation, Rejected, StepResult
 from agentrl.errors import RunError
 
 START_FAILURES = 3
@@ -59,7 +59,7 @@ class EnvServer:
                 self.envs[slot] = make_env(self.config)
             env = self.envs[slot]
             answers[slot] = (env.reset(arg) if command == "reset" else env.step(arg) if command == "step"
-                             else expert_move(env))
+                             else try_step(env, arg) if command == "try" else expert_move(env))
         return answers
 
     def call(self, command: str, requests: dict) -> tuple[str, object]:
@@ -73,6 +73,11 @@ class EnvServer:
         for env in self.envs.values():
             env.close()
         self.envs = {}
+
+
+def try_step(env, action: str | None) -> StepResult | Rejected:
+    """The environment's `try_step` where it has one, else its `step` (every move is taken)."""
+    return env.try_step(action) if hasattr(env, "try_step") else env.step(action)
 
 
 def expert_move(env) -> tuple[str, str] | None:
@@ -229,7 +234,8 @@ class EnvPool:
         self.local = make_env(env_config)
         """In-process instance: task lists, task types, and the environments when workers=0."""
         self.workers = pool.workers
-        self.timeouts = {"reset": pool.reset_timeout_s, "step": pool.step_timeout_s, "expert": pool.step_timeout_s}
+        self.timeouts = {"reset": pool.reset_timeout_s, "step": pool.step_timeout_s, "try": pool.step_timeout_s,
+                         "expert": pool.step_timeout_s}
         self.faults: list[str] = []
         """One line per worker replaced so far (crashed, hung, or died while idle)."""
         self._server = EnvServer(env_config) if not pool.workers else None
@@ -262,7 +268,7 @@ class EnvPool:
 
     # --- asynchronous requests ---------------------------------------------------------------------
     def submit(self, command: str, requests: dict) -> None:
-        """Send `command` ("reset": task ids, "step": actions, "expert": None) for each slot of `requests`; the
+        """Send `command` ("reset": task ids, "step" or "try": actions, "expert": None) for each slot of `requests`; the
         answers come from `receive`. In-process (workers=0) the environments run here and now."""
         if self.transport is None:
             status, payload = self._server.call(command, requests)
@@ -347,10 +353,15 @@ class EnvPool:
         self.transport.start(worker)
 
     # --- lock-step calls -----------------------------------------------------------------------
-    def _call(self, command: str, requests: dict) -> dict:
-        self.submit(command, requests)
+    def _call(self, command: str, requests: dict, *more: tuple[str, dict]) -> dict:
+        """Every answer to `command` on `requests` (and to each further (command, requests))."""
+        expected = 0
+        for each, each_requests in ((command, requests), *more):
+            if each_requests:
+                self.submit(each, each_requests)
+                expected += len(each_requests)
         answers = {}
-        while len(answers) < len(requests):
+        while len(answers) < expected:
             answers.update(self.receive())
         return answers
 
@@ -358,9 +369,12 @@ class EnvPool:
         """First observations; None for a slot whose worker failed (the episode is aborted)."""
         return self._call("reset", tasks)
 
-    def step(self, actions: dict[int, str | None]) -> dict[int, StepResult | None]:
-        """Step results; None for a slot whose worker failed (the episode is aborted)."""
-        return self._call("step", actions)
+    def step(self, actions: dict[int, str | None], tentative: frozenset[int] = frozenset()
+             ) -> dict[int, StepResult | Rejected | None]:
+        """Step results; None for a slot whose worker failed (the episode is aborted). The slots in
+        `tentative` are tried (`try_step`): their answer may be `Rejected`."""
+        tried = {slot: a for slot, a in actions.items() if slot in tentative}
+        return self._call("step", {slot: a for slot, a in actions.items() if slot not in tentative}, ("try", tried))
 
     def expert(self, slots: list[int]) -> dict[int, tuple[str, str] | None]:
         """The expert's (thought, action) in each slot's current state (DAgger's labels); None

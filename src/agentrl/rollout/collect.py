@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from agentrl.envs.base import Rejected
 from agentrl.prompting import HistoryEntry, encode_prompt, parse_action, render_prompt
 from agentrl.rollout.types import StepSample, Trajectory
 
@@ -32,13 +33,16 @@ class Episode:
     history: list[HistoryEntry] = field(default_factory=list)
     prompt_text: str = ""
     prompt_ids: list[int] = field(default_factory=list)
+    rejected: int = 0
+    """Moves the environment rejected in the current state (its `try_step`)."""
 
 
 class EpisodeRules:
     """How one episode advances: its next prompt, its action from a generation, an env answer."""
 
-    def __init__(self, tokenizer, prompt, hint: str, max_steps: int):
+    def __init__(self, tokenizer, prompt, hint: str, max_steps: int, retries: int = 0):
         self.tokenizer, self.prompt, self.hint, self.max_steps = tokenizer, prompt, hint, max_steps
+        self.retries = retries
 
     def ask(self, e: Episode) -> list[int]:
         """Render the episode's next prompt (kept on the episode); its token ids."""
@@ -67,6 +71,11 @@ class EpisodeRules:
                 generations[i] = gen
         return generations
 
+    def tentative(self, e: Episode) -> bool:
+        """Whether the episode's move is tried (the environment may reject it and the episode
+        choose again) rather than played: while `sampling.retries` allow."""
+        return e.rejected < self.retries
+
     def act(self, e: Episode, gen) -> str | None:
         """Record the generation as the episode's next step; the action it names (None: none)."""
         response = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
@@ -74,7 +83,8 @@ class EpisodeRules:
         e.trajectory.steps.append(StepSample(
             prompt_ids=e.prompt_ids, response_ids=gen.token_ids, logprobs=gen.logprobs, response=response,
             action=action, observation=e.observation.text, anchor=e.observation.anchor,
-            penalty=0.0 if action is not None else self.prompt.invalid_penalty, prompt=e.prompt_text))
+            penalty=0.0 if action is not None else self.prompt.invalid_penalty, prompt=e.prompt_text,
+            rejected=e.rejected))
         return action
 
     def started(self, e: Episode, observation) -> bool:
@@ -84,10 +94,16 @@ class EpisodeRules:
         return not e.trajectory.aborted
 
     def stepped(self, e: Episode, result) -> bool:
-        """Apply a step's answer (None: the worker failed); whether the episode goes on."""
+        """Apply a step's answer (None: the worker failed; `Rejected`: the move was not played and
+        the episode chooses again in the same state); whether the episode goes on."""
         if result is None:
             e.trajectory.aborted = True
             return False
+        if isinstance(result, Rejected):
+            e.trajectory.steps.pop()
+            e.rejected += 1
+            return True
+        e.rejected = 0
         sample = e.trajectory.steps[-1]
         sample.reward, sample.progress = result.reward, result.progress
         e.history.append(HistoryEntry(e.observation.text, sample.action or "(no valid action)"))
@@ -117,7 +133,7 @@ def collect(pool, sampler, tokenizer, tasks: list[str], group_size: int, prompt,
             traj = Trajectory(task_id=task_id, group_id=first_group_id + t,
                               task_type=pool.local.task_type(task_id))
             episodes.append(Episode(slot=len(episodes), trajectory=traj))
-    rules = EpisodeRules(tokenizer, prompt, hint, pool.max_steps)
+    rules = EpisodeRules(tokenizer, prompt, hint, pool.max_steps, sampling.retries)
     play = _lockstep if mode == "lockstep" else _async
     play(pool, sampler, rules, episodes, sampling, timing, finished or (lambda n: None), batch_window_s)
     return [e.trajectory for e in episodes]
@@ -136,7 +152,7 @@ def _lockstep(pool, sampler, rules, episodes, sampling, timing, finished, batch_
         timing["gen"] += time.perf_counter() - start
         actions = {e.slot: rules.act(e, gen) for e, gen in zip(active, generations)}
         start = time.perf_counter()
-        results = pool.step(actions)
+        results = pool.step(actions, frozenset(e.slot for e in active if rules.tentative(e)))
         timing["env"] += time.perf_counter() - start
         still = [e for e in active if rules.stepped(e, results[e.slot])]
         finished(len(active) - len(still))
@@ -188,6 +204,8 @@ def _async(pool, sampler, rules, episodes, sampling, timing, finished, batch_win
             outputs = list(zip(ready, rules.retry(sampler, ready, generations, sampling)))
         ready = []
         timing["gen"] += time.perf_counter() - start
-        if outputs:
-            pool.submit("step", {e.slot: rules.act(e, gen) for e, gen in outputs})
-            in_env.update(e.slot for e, _ in outputs)
+        for command, moves in (("try", [o for o in outputs if rules.tentative(o[0])]),
+                               ("step", [o for o in outputs if not rules.tentative(o[0])])):
+            if moves:
+                pool.submit(command, {e.slot: rules.act(e, gen) for e, gen in moves})
+                in_env.update(e.slot for e, _ in moves)

@@ -4,7 +4,7 @@ and a researcher's own scripts read both.
 
     {"task_id", "task_type", "group_id", "success", "aborted",
      "steps": [{"observation", "prompt", "response", "action", "reward", "penalty", "progress",
-                "anchor", "advantage"}, ...]}
+                "anchor", "advantage", "rejected"}, ...]}
 
 Text only (no token ids); a path ending in .gz is gzip-compressed.
 """
@@ -18,7 +18,8 @@ from pathlib import Path
 
 from agentrl.rollout.types import StepSample, Trajectory
 
-STEP_FIELDS = ("observation", "prompt", "response", "action", "reward", "penalty", "progress", "anchor", "advantage")
+STEP_FIELDS = ("observation", "prompt", "response", "action", "reward", "penalty", "progress", "anchor", "advantage",
+               "rejected")
 
 
 def to_record(t: Trajectory) -> dict:
@@ -29,7 +30,8 @@ def to_record(t: Trajectory) -> dict:
 def from_record(row: dict) -> Trajectory:
     steps = [StepSample([], [], [], response=s["response"], action=s["action"], observation=s["observation"],
                         anchor=s.get("anchor") or s["observation"], reward=s["reward"], penalty=s.get("penalty", 0.0),
-                        prompt=s.get("prompt", ""), progress=s.get("progress"), advantage=s.get("advantage"))
+                        prompt=s.get("prompt", ""), progress=s.get("progress"), advantage=s.get("advantage"),
+                        rejected=s.get("rejected", 0))
              for s in row["steps"]]
     return Trajectory(row["task_id"], row.get("group_id", 0), row["task_type"], steps, success=row["success"],
                       aborted=row.get("aborted", False))

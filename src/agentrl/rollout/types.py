@@ -31,6 +31,9 @@ class StepSample:
     advantage: float | None = None
     """The step's advantage, set by the trainer before the update (None until then, and for
     steps of groups left out of the update)."""
+    rejected: int = 0
+    """Moves the environment rejected in this state before this one (`sampling.retries` judged
+    by an environment's `try_step`); they are not trained on."""
 
     @property
     def valid(self) -> bool:

@@ -33,7 +33,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from agentrl.config import ConfigError, Section
-from agentrl.envs.base import NoExpertMove, Observation, StepResult
+from agentrl.envs.base import NoExpertMove, Observation, Rejected, StepResult
 from agentrl.registry import ENVIRONMENTS
 
 
@@ -75,6 +75,10 @@ class ScienceWorldEnvConfig(Section):
     memory: bool = False
     """Give each observation the episode's notebook (the room the agent is in, the rooms it has
     been in, the moves the engine carried out), for the prompt's {memory} field."""
+    reject_unparsed: bool = False
+    """A move the engine's parser does not understand (or a reply with no action) is rejected
+    rather than played (`try_step`): nothing changes, no step is counted, and with
+    `sampling.retries` the policy samples again. False: it is played as a no-op step."""
 
     @model_validator(mode="after")
     def _teleport_exists(self):
@@ -163,7 +167,8 @@ class ScienceWorldEnv:
     def __init__(self, splits_dir: str | None = None, train_split: str = "l0", max_steps: int = 30,
                  simplification: str = "easy", jvm_heap: str = "512m", objects_budget: int = 1500,
                  valid_actions: bool = False, jvm_options: str = "", gold_path: bool = True,
-                 train_task_types: list[str] | None = None, expert_teleports: bool = False, memory: bool = False):
+                 train_task_types: list[str] | None = None, expert_teleports: bool = False, memory: bool = False,
+                 reject_unparsed: bool = False):
         from scienceworld import ScienceWorldEnv as Engine
 
         logging.getLogger("py4j").setLevel(logging.CRITICAL)  # a dead JVM floods the log otherwise
@@ -171,7 +176,7 @@ class ScienceWorldEnv:
         self.train_split, self.max_steps = train_split, max_steps
         self.simplification, self.objects_budget, self.valid_actions = simplification, objects_budget, valid_actions
         self.gold_path, self.train_task_types = gold_path, train_task_types
-        self.expert_teleports, self.memory = expert_teleports, memory
+        self.expert_teleports, self.memory, self.reject_unparsed = expert_teleports, memory, reject_unparsed
         previous = os.environ.get("JAVA_TOOL_OPTIONS")
         os.environ["JAVA_TOOL_OPTIONS"] = f"-Xmx{jvm_heap} {jvm_options}".strip()  # read by the JVM launched now
         try:
@@ -236,14 +241,26 @@ class ScienceWorldEnv:
 
     def step(self, action: str | None) -> StepResult:
         assert self.task_id is not None, "reset() before step()"
+        return self._played(action, NOT_UNDERSTOOD if action is None else self._server.step(action))
+
+    def try_step(self, action: str | None) -> StepResult | Rejected:
+        """With `reject_unparsed`: the move, or `Rejected` where the engine's parser does not
+        understand it (the engine answers that before it acts, so nothing changed and no step is
+        counted). Otherwise the step."""
+        assert self.task_id is not None, "reset() before try_step()"
+        if not self.reject_unparsed:
+            return self.step(action)
+        text = NOT_UNDERSTOOD if action is None else self._server.step(action)
+        return Rejected(text.strip()) if text.startswith(NOT_UNDERSTOOD) else self._played(action, text)
+
+    def _played(self, action: str | None, text: str) -> StepResult:
+        """The step of `action`, which the engine answered with `text` (counted whatever it was)."""
         self.steps += 1
         on_gold = self.expert_step < len(self.gold) and action == self.gold[self.expert_step]
         self.expert_step = self.expert_step + 1 if on_gold else len(self.gold)  # off the path: no expert
         previous = self.score
-        if action is None:
-            text, engine_done = NOT_UNDERSTOOD, False
-        else:
-            text = self._server.step(action)
+        engine_done = False
+        if action is not None:
             self.score = int(round(100 * self._server.getScore()))  # the engine's 0..1 as 0..100
             engine_done = bool(self._server.getCompleted())
         reward = self.score - previous
