@@ -78,16 +78,19 @@ def play_labelled(pool, sampler, tokenizer, tasks: list[str], prompt, sampling, 
         generations = sampler.generate([rules.ask(e) for e in active], sampling)
         actions = {}
         for e, generation in zip(active, generations):
+            context = rules.conversation(e)
             action = rules.act(e, generation)
             label = labels[e.slot]
             if label is not None:
                 thought, expert_action = label
-                examples.append({"task_id": e.trajectory.task_id, "messages": [
-                    {"role": "user", "content": e.prompt_text},
-                    {"role": "assistant", "content": format_response(thought, expert_action)}]})
+                response = format_response(thought, expert_action)
+                examples.append({"task_id": e.trajectory.task_id,
+                                 "messages": context + [{"role": "assistant", "content": response}]})
                 agreed += action == expert_action
-                if rng.random() < share:
-                    action = e.trajectory.steps[-1].action = expert_action
+                if rng.random() < share:  # the expert's move is played (and, in a full history, shown)
+                    step, action = e.trajectory.steps[-1], expert_action
+                    step.action, step.response = expert_action, response
+                    step.response_ids = tokenizer(response, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
             actions[e.slot] = action
         results = pool.step(actions)
         active = [e for e in active if rules.stepped(e, results[e.slot])]

@@ -17,7 +17,7 @@ from agentrl.envs.pool import MAIN_GUARD_HINT
 from agentrl.errors import RunError
 from agentrl.packing import TrainSample
 from agentrl.progress import task
-from agentrl.prompting import HistoryEntry, format_response, render_prompt
+from agentrl.prompting import ChatTurns, HistoryEntry, format_response, render_prompt
 from agentrl.rollout.types import StepSample, Trajectory
 
 
@@ -32,11 +32,14 @@ def expert_episode(env, task_id: str, prompt, detours: float = 0.0, rng: random.
     Such an episode keeps its examples up to the point where the expert can no longer win it."""
     obs = env.reset(task_id)
     history: list[HistoryEntry] = []
-    examples = []
+    examples, earlier = [], []  # earlier: the turns before this step's, with prompt.full_history
     visited: set[str] = set()
     detoured = False
     for step in range(env.max_steps):
-        user = render_prompt(prompt.template, obs, history, step, prompt.history_length)
+        if prompt.full_history and step:
+            user = render_prompt(prompt.turn_template, obs, [], step, 0)
+        else:
+            user = render_prompt(prompt.template, obs, history, step, prompt.history_length)
         try:
             thought, action = env.expert_action()
         except NoExpertMove:
@@ -44,13 +47,14 @@ def expert_episode(env, task_id: str, prompt, detours: float = 0.0, rng: random.
         tag = "think"
         if prompt.expert_tags == "meta":
             tag = "planning" if step == 0 else "explore" if _goes_somewhere_new(action, visited) else "monitor"
+        asked = {"role": "user", "content": user}
         examples.append({"task_id": task_id, "messages": [
-            {"role": "user", "content": user},
-            {"role": "assistant", "content": format_response(thought, action, tag)},
-        ]})
+            *earlier, asked, {"role": "assistant", "content": format_response(thought, action, tag)}]})
         if detours and rng.random() < detours:
             action = rng.choice(obs.admissible_actions)
             detoured = True
+        if prompt.full_history:  # the history shows the move played
+            earlier = [*earlier, asked, {"role": "assistant", "content": format_response(thought, action, tag)}]
         result = env.step(action)
         history.append(HistoryEntry(obs.text, action))
         obs = result.observation
@@ -172,16 +176,27 @@ def encode_conversation(tokenizer, messages: list[dict], prompt_weight: float = 
     """Context through the chat template, then the final assistant turn + end-of-turn token.
 
     The two parts are tokenised separately, exactly as at sampling time (prompt encoded, response
-    generated), so SFT trains the token sequences the sampler produces. Every trained token
+    generated), so SFT trains the token sequences the sampler produces. A conversation of user and
+    assistant turns in alternation (a `prompt.full_history` episode) is built turn by turn as the
+    rollout builds it (`ChatTurns`), each earlier reply tokenised on its own. Every trained token
     carries a loss weight: 1 on the response, `prompt_weight` on the context (trained only when
     > 0).
     """
     if messages[-1]["role"] != "assistant":
         raise ValueError(f"the last message must be the assistant's, got {messages[-1]['role']!r}")
-    context = tokenizer.apply_chat_template(messages[:-1], tokenize=False, add_generation_prompt=True)
-    prompt_ids = tokenizer(context, add_special_tokens=False).input_ids
-    response_ids = tokenizer(messages[-1]["content"], add_special_tokens=False).input_ids
-    response_ids.append(tokenizer.eos_token_id)
+    def reply(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+
+    roles = [m["role"] for m in messages]
+    if len(messages) > 2 and roles == ["user", "assistant"] * (len(messages) // 2):  # a full-history episode
+        turns = ChatTurns(tokenizer)
+        prompt_ids = turns.first(messages[0]["content"])
+        for answer, user in zip(messages[1:-1:2], messages[2:-1:2]):
+            prompt_ids = turns.next(prompt_ids, reply(answer["content"]), user["content"])
+    else:
+        context = tokenizer.apply_chat_template(messages[:-1], tokenize=False, add_generation_prompt=True)
+        prompt_ids = tokenizer(context, add_special_tokens=False).input_ids
+    response_ids = reply(messages[-1]["content"])
     if prompt_weight <= 0:
         return TrainSample.from_turn(prompt_ids, response_ids, weight=[1.0] * len(response_ids))
     return TrainSample(prompt_ids + response_ids, [False] + [True] * (len(prompt_ids) + len(response_ids) - 1),

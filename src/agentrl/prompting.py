@@ -22,14 +22,6 @@ from agentrl.files import write_atomic
 if TYPE_CHECKING:
     from agentrl.envs.base import Observation
 
-def encode_prompt(tokenizer, text: str) -> list[int]:
-    """The token ids of `text` as one user turn in the tokenizer's chat template, the assistant's
-    turn opened (what the sampler is given)."""
-    chat = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                         add_generation_prompt=True)
-    return tokenizer(chat, add_special_tokens=False).input_ids
-
-
 DEFAULT_TEMPLATE = (
     "You are an agent in a household. Your task is to: {task}\n"
     "You have taken {step} step(s). Recent history:\n{history}\n"
@@ -38,9 +30,61 @@ DEFAULT_TEMPLATE = (
     "Think briefly inside <think> </think>, then give one admissible action inside "
     "<action> </action>."
 )
+DEFAULT_TURN_TEMPLATE = "Observation: {observation}\nAdmissible actions: {actions}"
 TEMPLATE_FIELDS = ("task", "step", "history", "observation", "actions", "memory")
 META_TAGS = ("planning", "explore", "reflection", "monitor")
 REASONING_TAGS = ("think", *META_TAGS)
+
+
+def encode_prompt(tokenizer, text: str) -> list[int]:
+    """The token ids of `text` as one user turn in the tokenizer's chat template, the assistant's
+    turn opened (what the sampler is given)."""
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                         add_generation_prompt=True)
+    return tokenizer(chat, add_special_tokens=False).input_ids
+
+
+class ChatTurns:
+    """A conversation's token ids built by appending turns, token in, token out (`prompt.full_history`):
+    a prompt is the previous prompt, the tokens sampled for its response (never re-tokenized), the
+    rest of the chat template's end of an assistant turn, then the next user turn with the
+    assistant's turn opened. Both pieces are the text the template puts there, found once by
+    rendering a probe conversation."""
+
+    PROBE = "\x00probe\x00"
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        turns = [{"role": "user", "content": "u"}, {"role": "assistant", "content": self.PROBE}]
+        self.head = tokenizer.apply_chat_template(turns, tokenize=False)
+        self.closing = self.head[self.head.rindex(self.PROBE) + len(self.PROBE):]
+        """The template's text after an assistant message (e.g. "<|im_end|>\n")."""
+        self.special = set(tokenizer.all_special_ids)
+
+    def first(self, text: str) -> list[int]:
+        return encode_prompt(self.tokenizer, text)
+
+    def close(self, response_ids: list[int]) -> list[int]:
+        """The tokens that end an assistant turn after `response_ids`: the template's closing text,
+        less the stop token the response already ends with."""
+        closing = self.closing
+        if response_ids and response_ids[-1] in self.special:
+            stop = self.tokenizer.decode(response_ids[-1:])
+            closing = closing.removeprefix(stop)
+        return self.tokenizer(closing, add_special_tokens=False).input_ids if closing else []
+
+    def user(self, text: str) -> list[int]:
+        """A user turn after an assistant turn, the assistant's next turn opened."""
+        turns = [{"role": "user", "content": "u"}, {"role": "assistant", "content": self.PROBE},
+                 {"role": "user", "content": text}]
+        full = self.tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+        if not full.startswith(self.head):
+            raise ValueError("prompt.full_history: this chat template rewrites earlier turns when one is added")
+        return self.tokenizer(full[len(self.head):], add_special_tokens=False).input_ids
+
+    def next(self, prompt_ids: list[int], response_ids: list[int], text: str) -> list[int]:
+        """The prompt after `prompt_ids` was answered with `response_ids` and the user said `text`."""
+        return prompt_ids + response_ids + self.close(response_ids) + self.user(text)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from agentrl.config import Config
 from agentrl.files import write_atomic
+from agentrl.prompting import DEFAULT_TURN_TEMPLATE
 from agentrl.progress import set_stage
 from agentrl.registry import ENTRY_POINT_GROUP
 
@@ -75,7 +76,8 @@ def plugin_fingerprints(config: Config) -> dict[str, str]:
 
 
 OLD_BEHAVIOUR = {"rl.mini_batch_order": "shuffled", "env.memory": False, "env.expert_teleports": False,
-                 "env.reject_unparsed": False,
+                 "env.reject_unparsed": False, "prompt.full_history": False, "dagger.prompt.full_history": False,
+                 "prompt.turn_template": DEFAULT_TURN_TEMPLATE, "dagger.prompt.turn_template": DEFAULT_TURN_TEMPLATE,
                  "rl.coupling_every": 0, "rl.coupling_pairs": 8, "rl.coupling_lr": 0.001}
 """Settings added since runs were first recorded whose default is not None, each with the value
 that does what runs recorded without it did; and settings gone since (the coupling lab's, now a

@@ -215,6 +215,7 @@ class CouplingLabConfig(Section):
     lr: float = Field(1e-3, gt=0)
     """Step size of the lab's one-step influence."""
     reads_policy: ClassVar[bool] = True  # gradients of a full HF copy of the policy
+    reads_prompt_text: ClassVar[bool] = True  # the pairs are re-encoded from their prompt text
 
 
 @COMPONENTS.register("coupling", CouplingLabConfig)

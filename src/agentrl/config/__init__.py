@@ -91,6 +91,23 @@ class Config(Section):
         return self
 
     @model_validator(mode="after")
+    def _full_history_readers(self):
+        """With prompt.full_history a step's prompt text is its own turn only: what re-reads a
+        step from that text (the GCD judge, the coupling lab, judgment data) would miss the rest."""
+        if not self.prompt.full_history:
+            return self
+        rl = self.rl
+        readers = [f"{where} ({section.type})" for where, section in [
+            *((f"rl.aux[{i}]", a) for i, a in enumerate(rl.aux if rl else [])),
+            *((f"rl.components[{i}]", c) for i, c in enumerate(rl.components if rl else []))]
+            if getattr(section, "reads_prompt_text", False)]
+        if self.sft is not None and self.sft.judgments:
+            readers.append("sft.judgments")
+        if readers:
+            raise ValueError(f"{readers[0]} reads a step's prompt as text: not yet with prompt.full_history")
+        return self
+
+    @model_validator(mode="after")
     def _init_model_follows_run_dir(self):
         if self.model.path is None and self.init is not None:
             self.model.path = str(Path(self.run_dir) / "model-init")

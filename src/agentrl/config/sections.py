@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agentrl.prompting import DEFAULT_TEMPLATE, TEMPLATE_FIELDS
+from agentrl.prompting import DEFAULT_TEMPLATE, DEFAULT_TURN_TEMPLATE, TEMPLATE_FIELDS
 from agentrl.registry import ACTORS
 
 
@@ -55,6 +55,15 @@ class PromptConfig(Section):
     ScienceWorld)."""
     history_length: int = Field(2, ge=0)
     """How many past (observation, action) pairs the prompt shows."""
+    full_history: bool = False
+    """The whole episode as one growing chat, token in, token out: the first prompt is `template`
+    (history "(none)"), each later one the previous prompt, the tokens sampled for its response and
+    a user turn of `turn_template`, so a step's prompt holds every earlier turn exactly as it was
+    sampled and one episode's steps share their leading tokens (with `rl.pack_prefixes`, an
+    episode's update computes its turns once). False: each step's prompt is `template` alone,
+    with the last `history_length` steps."""
+    turn_template: str = DEFAULT_TURN_TEMPLATE
+    """With `full_history`: a user turn after the first; placeholders as `template`'s."""
     require_think: bool = True
     """A response without a reasoning block before the action is invalid (<think>...</think>, or
     one of RLVMR's <planning> <explore> <reflection> <monitor>)."""
@@ -65,7 +74,7 @@ class PromptConfig(Section):
     invalid_penalty: float = Field(0.1, ge=0)
     """Subtracted from the reward of a step whose response had no parseable action."""
 
-    @field_validator("template")
+    @field_validator("template", "turn_template")
     @classmethod
     def _known_fields(cls, template: str) -> str:
         try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import statistics
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field, model_validator
@@ -85,6 +85,7 @@ class GCDAuxConfig(Section):
 
     type: Literal["gcd"] = "gcd"
     """Auxiliary loss name in the registry."""
+    reads_prompt_text: ClassVar[bool] = True  # the judge is asked in the context of a step's prompt text
     name: str = "gcd"
     """Metric namespace: aux/<name>/..."""
     weight: float = Field(1.0, ge=0)

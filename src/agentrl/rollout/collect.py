@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from agentrl.envs.base import Rejected
-from agentrl.prompting import HistoryEntry, encode_prompt, parse_action, render_prompt
+from agentrl.prompting import ChatTurns, HistoryEntry, encode_prompt, parse_action, render_prompt
 from agentrl.rollout.types import StepSample, Trajectory
 
 
@@ -43,14 +43,29 @@ class EpisodeRules:
     def __init__(self, tokenizer, prompt, hint: str, max_steps: int, retries: int = 0):
         self.tokenizer, self.prompt, self.hint, self.max_steps = tokenizer, prompt, hint, max_steps
         self.retries = retries
+        self.turns = ChatTurns(tokenizer) if prompt.full_history else None
 
     def ask(self, e: Episode) -> list[int]:
-        """Render the episode's next prompt (kept on the episode); its token ids."""
-        text = render_prompt(self.prompt.template, e.observation, e.history, len(e.trajectory.steps),
-                             self.prompt.history_length)
+        """Render the episode's next prompt (kept on the episode); its token ids. With
+        `prompt.full_history` after the first step: the text of the new user turn, appended to
+        the last step's prompt and sampled response."""
+        steps = e.trajectory.steps
+        if self.turns is not None and steps:
+            e.prompt_text = render_prompt(self.prompt.turn_template, e.observation, [], len(steps), 0)
+            e.prompt_ids = self.turns.next(steps[-1].prompt_ids, steps[-1].response_ids, e.prompt_text)
+            return e.prompt_ids
+        text = render_prompt(self.prompt.template, e.observation, e.history, len(steps), self.prompt.history_length)
         e.prompt_text = f"{self.hint}\n{text}" if self.hint else text
         e.prompt_ids = encode_prompt(self.tokenizer, e.prompt_text)
         return e.prompt_ids
+
+    def conversation(self, e: Episode) -> list[dict]:
+        """The chat messages of the episode's current prompt (after `ask`): its text alone, or
+        with `prompt.full_history` every earlier turn (the responses as decoded)."""
+        earlier = e.trajectory.steps if self.turns is not None else []
+        messages = [m for s in earlier for m in ({"role": "user", "content": s.prompt},
+                                                   {"role": "assistant", "content": s.response})]
+        return messages + [{"role": "user", "content": e.prompt_text}]
 
     def playable(self, e: Episode, gen) -> bool:
         """Whether the generation names an admissible action (any action, where none are listed)."""

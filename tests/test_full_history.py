@@ -1,0 +1,155 @@
+"""prompt.full_history: an episode as one growing chat, token in, token out. Each prompt is the
+previous prompt, the tokens sampled for its response and the next user turn, so the rollout's
+prompts are what the chat template renders for the conversation, the sampled tokens are never
+re-tokenized, SFT data of the format encodes to the prompts the rollout builds, and an episode's
+steps pack into one tree whose log-probs and gradients equal those of each step on its own."""
+
+import pytest
+import torch
+from test_packing import forward_backward
+
+from agentrl.config import EnvPoolConfig, PromptConfig, SamplingConfig
+from agentrl.envs.household.env import HouseholdEnvConfig
+from agentrl.envs.pool import EnvPool
+from agentrl.models import load_model, load_tokenizer
+from agentrl.packing import Packing, TrainSample, row_length
+from agentrl.prompting import ChatTurns, encode_prompt
+from agentrl.rollout.collect import collect
+from agentrl.sampler.base import Generation
+from agentrl.sampler.hf import HFSampler
+
+FULL = PromptConfig(full_history=True, history_length=0)
+# Another template: a role prefix in the turn's text, two newlines after the stop token.
+ZEPHYR = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + ': ' + m['content'] + '<|endoftext|>' + '\n\n' }}"
+          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant: ' }}{% endif %}")
+
+
+def reply(tokenizer, text: str, stop: bool = True) -> list[int]:
+    return tokenizer(text, add_special_tokens=False).input_ids + ([tokenizer.eos_token_id] if stop else [])
+
+
+@pytest.mark.parametrize("template", ["chatml", "zephyr"])
+def test_appended_turns_are_what_the_chat_template_renders(tiny_model_dir, template):
+    """Turn by turn, the ids decode to the template's rendering of the whole conversation, with a
+    reply that ended on its stop token and one cut off before it (the turn is closed for it)."""
+    tokenizer = load_tokenizer(tiny_model_dir)
+    if template == "zephyr":  # its turns end with the model's stop token, as real tokenizers' do
+        tokenizer.chat_template, tokenizer.eos_token = ZEPHYR, "<|endoftext|>"
+    turns = ChatTurns(tokenizer)
+    messages = [{"role": "user", "content": "Task: find the key.\nObservation: a hall."},
+                {"role": "assistant", "content": "<think>look</think><action>go north</action>"},
+                {"role": "user", "content": "Observation: a kitchen."},
+                {"role": "assistant", "content": "<think>cut off"},
+                {"role": "user", "content": "Observation: a cellar."}]
+    ids = turns.first(messages[0]["content"])
+    ids = turns.next(ids, reply(tokenizer, messages[1]["content"]), messages[2]["content"])
+    ids = turns.next(ids, reply(tokenizer, messages[3]["content"], stop=False), messages[4]["content"])
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert tokenizer.decode(ids) == rendered
+
+
+def test_the_sampled_tokens_are_kept_not_re_tokenized(tiny_model_dir):
+    """A reply sampled as single characters, which the tokenizer would merge if it re-read the
+    text: the next prompt holds those very tokens."""
+    tokenizer = load_tokenizer(tiny_model_dir)
+    turns = ChatTurns(tokenizer)
+    text = "<action>go north</action>"
+    by_character = [i for c in text for i in tokenizer(c, add_special_tokens=False).input_ids]
+    assert by_character != tokenizer(text, add_special_tokens=False).input_ids  # re-reading would differ
+    prompt = turns.first("Task: find the key.")
+    after = turns.next(prompt, by_character + [tokenizer.eos_token_id], "Observation: a kitchen.")
+    assert after[:len(prompt) + len(by_character) + 1] == prompt + by_character + [tokenizer.eos_token_id]
+
+
+@pytest.fixture(scope="module")
+def episodes(tiny_model_dir):
+    """Two tasks x 2 rollouts of 4 steps of the household with the tiny model, full history."""
+    tokenizer = load_tokenizer(tiny_model_dir)
+    sampler = HFSampler(load_model(tiny_model_dir), tokenizer)
+    torch.manual_seed(0)
+    with EnvPool(HouseholdEnvConfig(max_steps=4), EnvPoolConfig(workers=0)) as pool:
+        trajectories = collect(pool, sampler, tokenizer, ["train-3", "train-8"], 2, FULL,
+                               SamplingConfig(temperature=1.0, max_new_tokens=12))
+    return tokenizer, trajectories
+
+
+def test_each_prompt_is_the_last_prompt_its_sampled_response_and_the_next_turn(episodes):
+    tokenizer, trajectories = episodes
+    turns = ChatTurns(tokenizer)
+    assert all(len(t.steps) >= 2 for t in trajectories)
+    for t in trajectories:
+        first = t.steps[0]
+        assert first.prompt_ids == encode_prompt(tokenizer, first.prompt) and "Your task is to" in first.prompt
+        for before, step in zip(t.steps, t.steps[1:]):
+            assert step.prompt.startswith("Observation: ") and "\nAdmissible actions: " in step.prompt  # turn_template
+            assert step.prompt_ids == turns.next(before.prompt_ids, before.response_ids, step.prompt)
+
+
+def test_an_episode_packs_into_one_tree_with_the_log_probs_and_gradients_of_its_steps(episodes, tiny_model_dir):
+    """Packed, an episode's steps share everything but the one turn each adds (the response of a
+    step is computed again as the next step's context); log-probs, loss and every gradient equal
+    those of each step as its own sample (float noise: 1e-6 of a gradient's largest element)."""
+    tokenizer, trajectories = episodes
+    g = torch.Generator().manual_seed(0)
+    samples = [TrainSample.from_turn(s.prompt_ids, s.response_ids, old_logprobs=s.logprobs,
+                                     advantages=torch.randn(len(s.response_ids), generator=g).tolist())
+               for t in trajectories for s in t.steps]
+    model = load_model(tiny_model_dir).float()
+    plain, plain_loss, plain_grads, plain_tokens = forward_backward(model, samples, 10**6, pack=None)
+    packed, packed_loss, packed_grads, packed_tokens = forward_backward(model, samples, 10**6, pack=Packing())
+    for a, b in zip(plain, packed):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=0)
+    assert packed_loss == pytest.approx(plain_loss, abs=1e-5)
+    for name, grad in plain_grads.items():  # long sequences: float noise relative to the gradient's scale
+        scale = float(grad.abs().max())
+        torch.testing.assert_close(packed_grads[name], grad, atol=1e-5 + 1e-6 * scale, rtol=0, msg=name)
+    for t in trajectories:  # one episode's row: its last prompt plus each step's response once more
+        steps = [TrainSample.from_turn(s.prompt_ids, s.response_ids) for s in t.steps]
+        assert row_length(steps) == len(steps[-1].ids) + sum(len(s.response_ids) for s in t.steps[:-1])
+    assert packed_tokens < 0.6 * plain_tokens
+
+
+@pytest.mark.parametrize("template", ["chatml", "zephyr"])
+def test_full_history_expert_data_encodes_to_the_prompts_the_rollout_builds(tiny_model_dir, template):
+    """SFT on expert data of the format trains the token sequences the rollout gives the sampler:
+    the expert's episode replayed through the rollout (its replies as the sampled tokens) asks
+    with exactly the prompt ids of each example. (With the second template, the conversation
+    rendered and tokenized in one piece would not: "assistant: <think>" tokenizes otherwise.)"""
+    from agentrl.data import encode_conversation, expert_episode
+    from agentrl.envs.household import HouseholdEnv
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    if template == "zephyr":
+        tokenizer.chat_template, tokenizer.eos_token = ZEPHYR, "<|endoftext|>"
+    env = HouseholdEnv(max_steps=8)
+    examples = expert_episode(env, "train-3", FULL)
+    assert len(examples) >= 3
+    assert [len(e["messages"]) for e in examples] == [2 * (i + 1) for i in range(len(examples))]
+
+    class Replay:
+        """Answers each prompt with the expert's reply of the example of that step."""
+
+        def __init__(self):
+            self.step = 0
+
+        def generate(self, prompts, params):
+            text = examples[self.step]["messages"][-1]["content"]
+            self.step += 1
+            return [Generation(reply(tokenizer, text), [0.0]) for _ in prompts]
+
+    with EnvPool(HouseholdEnvConfig(max_steps=8), EnvPoolConfig(workers=0)) as pool:
+        trajectory = collect(pool, Replay(), tokenizer, ["train-3"], 1, FULL, SamplingConfig())[0]
+    assert trajectory.success and len(trajectory.steps) == len(examples)
+    for step, example in zip(trajectory.steps, examples):
+        encoded = encode_conversation(tokenizer, example["messages"])
+        assert encoded.ids == step.prompt_ids + step.response_ids
+
+
+def test_what_reads_a_step_prompt_as_text_is_refused_with_full_history():
+    from agentrl.recipe import validate_config
+
+    with pytest.raises(Exception, match=r"rl\.aux\[0\] \(gcd\) reads a step's prompt as text"):
+        validate_config({"prompt": {"full_history": True}, "rl": {"aux": [{"type": "gcd"}]}})
+    with pytest.raises(Exception, match=r"rl\.components\[0\] \(coupling\) reads"):
+        validate_config({"prompt": {"full_history": True}, "rl": {"components": [{"type": "coupling"}]}})
+    validate_config({"prompt": {"full_history": True}, "rl": {"components": [{"type": "nthr"}]}})
