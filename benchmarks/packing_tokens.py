@@ -29,8 +29,8 @@ from transformers import AutoConfig
 
 from agentrl.models import load_tokenizer
 from agentrl.packing import Packing, TrainSample, micro_batches
+from agentrl.prompting import encode_prompt
 from agentrl.recipe import load_config
-from agentrl.rollout.collect import encode_prompt
 from agentrl.trainer import mini_batch_split, shuffled
 from results_csv import append_rows, commit
 

@@ -24,8 +24,8 @@ import torch
 from results_csv import append_rows, commit
 
 from agentrl.models import load_model, load_tokenizer
+from agentrl.prompting import encode_prompt
 from agentrl.recipe import load_config
-from agentrl.rollout.collect import encode_prompt
 from agentrl.sampler.hf import HFSampler
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sampler_replay.csv"

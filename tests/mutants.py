@@ -375,7 +375,7 @@ MUTANTS = [
     Mutant("dagger: a state is labelled with the policy's own move", "src/agentrl/dagger.py",
            "format_response(thought, expert_action)", "format_response(thought, action)", ["test_dagger.py"]),
     Mutant("dagger: the history shows the policy's move where the expert's was executed", "src/agentrl/dagger.py",
-           "action = e.trajectory.steps[-1].action = expert_action", "action = expert_action", ["test_dagger.py"]),
+           "step.action, step.response = expert_action, response", "step.response = response", ["test_dagger.py"]),
     Mutant("dagger: a round trains on its own labels only, not the aggregate", "src/agentrl/pipeline.py",
            'write_atomic(aggregate, "".join(source.read_text() for source in sources))',
            "write_atomic(aggregate, sources[-1].read_text())", ["test_dagger.py"]),

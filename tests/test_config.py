@@ -148,6 +148,8 @@ ADDED_SINCE = {  # (section, its type or None for any, field): fields added afte
     ("eval", None, "initial"): True, ("init", None, "corpus"): None,
     ("env", "scienceworld", "gold_path"): True, ("env", "scienceworld", "train_task_types"): None,
     ("env", "scienceworld", "expert_teleports"): False, ("env", "scienceworld", "memory"): False,
+    ("env", "scienceworld", "reject_unparsed"): False, ("prompt", None, "full_history"): False,
+    ("prompt", None, "turn_template"): "Observation: {observation}\nAdmissible actions: {actions}",
     ("rl", None, "mini_batch_order"): "shuffled",
     ("env", "alfworld", "grouped_actions"): False, ("env", "alfworld", "memory"): False, ("sft", None, "dagger"): None,
     ("sampling", None, "retries"): 0, ("eval.sampling", None, "retries"): 0, ("rl.aux.0.sampling", None, "retries"): 0,
