@@ -179,6 +179,8 @@ MUTANTS = [
            ["test_full_history.py"]),
     Mutant("full history: expert data without the earlier turns", "src/agentrl/data.py",
            "earlier = [*earlier, asked, ", "earlier = [asked, ", ["test_full_history.py"]),
+    Mutant("full history: a prompt past the model's positions sampled", "src/agentrl/sampler/hf.py",
+           "if limit is not None and length > limit:", "if False:", ["test_full_history.py"]),
     Mutant("full history: the GCD judge accepted", "src/agentrl/gcd/loss.py",
            "reads_prompt_text: ClassVar[bool] = True", "reads_prompt_text: ClassVar[bool] = False",
            ["test_full_history.py"]),

@@ -153,3 +153,16 @@ def test_what_reads_a_step_prompt_as_text_is_refused_with_full_history():
     with pytest.raises(Exception, match=r"rl\.components\[0\] \(coupling\) reads"):
         validate_config({"prompt": {"full_history": True}, "rl": {"components": [{"type": "coupling"}]}})
     validate_config({"prompt": {"full_history": True}, "rl": {"components": [{"type": "nthr"}]}})
+
+
+def test_a_prompt_past_the_models_positions_is_refused(tiny_model_dir):
+    """The model would not fail on its own (rotary positions extrapolate): the sampler refuses."""
+    from agentrl.errors import RunError
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    sampler = HFSampler(load_model(tiny_model_dir), tokenizer)
+    limit = sampler.model.config.max_position_embeddings
+    params = SamplingConfig(max_new_tokens=4)
+    assert len(sampler.generate([[5] * (limit - 4)], params)) == 1
+    with pytest.raises(RunError, match=f"reaches {limit + 1} tokens, past the model's {limit} positions"):
+        sampler.generate([[5] * 8, [5] * (limit - 3)], params)

@@ -8,6 +8,7 @@ from typing import Iterable
 import torch
 
 from agentrl.distributed import model_device
+from agentrl.errors import RunError
 from agentrl.packing import Packing
 from agentrl.sampler import shared_decode
 from agentrl.sampler.base import Generation
@@ -39,6 +40,7 @@ class HFSampler:
     def generate(self, prompts: list[list[int]], params) -> list[Generation]:
         if not prompts:
             return []
+        self._check_context(max(map(len, prompts)) + params.max_new_tokens)
         was_training = self.model.training
         self.model.eval()
         if self.share_prefill and min(map(len, prompts)) >= 2:
@@ -53,6 +55,15 @@ class HFSampler:
             length = ids.index(self.eos_id) + 1 if self.eos_id in ids else len(ids)
             results.append(Generation(ids[:length], logprobs[row, :length].tolist()))
         return results
+
+    def _check_context(self, length: int) -> None:
+        """A prompt and its reply past the model's positions would be sampled beyond what it was
+        trained on (no error from the model itself): refused, with the way out."""
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        if limit is not None and length > limit:
+            raise RunError(f"a prompt with its reply reaches {length} tokens, past the model's {limit} positions "
+                           f"(max_position_embeddings): with prompt.full_history, a shorter env.max_steps or "
+                           f"prompt.turn_template, or a model with a longer context")
 
     def _generate(self, prompts: list[list[int]], params) -> tuple[torch.Tensor, torch.Tensor]:
         """(tokens, their log-probs), each (prompts, steps), from `generate` on the left-padded prompts."""
