@@ -18,19 +18,15 @@ token. Rows are appended to benchmarks/results/full_history_tokens.csv.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import sys
 from pathlib import Path
 
-from transformers import AutoConfig
-
-from agentrl.models import load_tokenizer
-from agentrl.packing import Packing, TrainSample, micro_batches
+from agentrl.packing import TrainSample, micro_batches
 from agentrl.prompting import ChatTurns, encode_prompt
-from agentrl.recipe import load_config
-from results_csv import append_rows, commit
+from packing_tokens import main, saved_run
+from results_csv import commit
 
 RESULTS = Path(__file__).resolve().parent / "results" / "full_history_tokens.csv"
 
@@ -54,13 +50,8 @@ def samples(steps: list[dict], tokenizer, turns: ChatTurns) -> tuple[list[TrainS
 
 
 def measure(run: Path, steps: int) -> dict:
-    config = load_config(run / "config.yaml")
-    model = str(run / "sft" / "model") if (run / "sft" / "model").is_dir() else config.model.path
-    tokenizer = load_tokenizer(model)
-    turns, packing = ChatTurns(tokenizer), Packing.for_model(AutoConfig.from_pretrained(model))
-    paths = sorted((run / "rl" / "rollouts").glob("step_*.jsonl.gz"))[-steps:]
-    if not paths:
-        raise SystemExit(f"{run}/rl/rollouts: no saved rollouts")
+    config, tokenizer, packing, paths = saved_run(run, steps)
+    turns = ChatTurns(tokenizer)
     budget = config.rl.micro_batch_tokens
     totals = dict.fromkeys(("samples", "recipe_processed", "recipe_packed", "full_processed", "full_packed"), 0)
     longest = 0
@@ -82,17 +73,5 @@ def measure(run: Path, steps: int) -> dict:
             "longest_full_prompt": longest, "commit": commit()}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", type=Path, help="run folders with rl/rollouts")
-    parser.add_argument("--steps", type=int, default=5, help="the last N saved steps of each run")
-    args = parser.parse_args()
-    rows = [measure(run, args.steps) for run in args.runs]
-    for row in rows:
-        print(json.dumps(row))
-    append_rows(RESULTS, rows)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(measure, __doc__, RESULTS))

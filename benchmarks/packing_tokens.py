@@ -64,14 +64,18 @@ def computed(samples: list[TrainSample], budget: int, packing: Packing) -> int:
     return sum(batch.n_computed for batch in micro_batches(samples, budget, pack=packing))
 
 
-def measure(run: Path, steps: int) -> dict:
+def saved_run(run: Path, steps: int) -> tuple:
+    """A run's config, its trained model's tokenizer and packing, and its last `steps` saved RL steps."""
     config = load_config(run / "config.yaml")
     model = str(run / "sft" / "model") if (run / "sft" / "model").is_dir() else config.model.path
-    tokenizer = load_tokenizer(model)
-    packing = Packing.for_model(AutoConfig.from_pretrained(model))
     paths = sorted((run / "rl" / "rollouts").glob("step_*.jsonl.gz"))[-steps:]
     if not paths:
         raise SystemExit(f"{run}/rl/rollouts: no saved rollouts")
+    return config, load_tokenizer(model), Packing.for_model(AutoConfig.from_pretrained(model)), paths
+
+
+def measure(run: Path, steps: int) -> dict:
+    config, tokenizer, packing, paths = saved_run(run, steps)
     totals = dict.fromkeys(("samples", "processed", "whole_prompts", "packed", "packed_grouped", "packed_step",
                             "distinct"), 0)
     size, budget = config.rl.mini_batch_size, config.rl.micro_batch_tokens
@@ -91,15 +95,16 @@ def measure(run: Path, steps: int) -> dict:
             **totals, **shares, "commit": commit()}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(measure=measure, doc: str = __doc__, results: Path = RESULTS) -> int:
+    """`measure` of each run folder given (its last --steps saved steps), printed and appended to `results`."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders with rl/rollouts")
     parser.add_argument("--steps", type=int, default=5, help="the last N saved steps of each run")
     args = parser.parse_args()
     rows = [measure(run, args.steps) for run in args.runs]
     for row in rows:
         print(json.dumps(row))
-    append_rows(RESULTS, rows)
+    append_rows(results, rows)
     return 0
 
 

@@ -6,13 +6,13 @@ steps pack into one tree whose log-probs and gradients equal those of each step 
 
 import pytest
 import torch
-from test_packing import forward_backward
+from test_packing import assert_packed_equals_plain
 
 from agentrl.config import EnvPoolConfig, PromptConfig, SamplingConfig
 from agentrl.envs.household.env import HouseholdEnvConfig
 from agentrl.envs.pool import EnvPool
 from agentrl.models import load_model, load_tokenizer
-from agentrl.packing import Packing, TrainSample, row_length
+from agentrl.packing import TrainSample, row_length
 from agentrl.prompting import ChatTurns, encode_prompt
 from agentrl.rollout.collect import collect
 from agentrl.sampler.base import Generation
@@ -95,14 +95,7 @@ def test_an_episode_packs_into_one_tree_with_the_log_probs_and_gradients_of_its_
                                      advantages=torch.randn(len(s.response_ids), generator=g).tolist())
                for t in trajectories for s in t.steps]
     model = load_model(tiny_model_dir).float()
-    plain, plain_loss, plain_grads, plain_tokens = forward_backward(model, samples, 10**6, pack=None)
-    packed, packed_loss, packed_grads, packed_tokens = forward_backward(model, samples, 10**6, pack=Packing())
-    for a, b in zip(plain, packed):
-        torch.testing.assert_close(b, a, atol=1e-5, rtol=0)
-    assert packed_loss == pytest.approx(plain_loss, abs=1e-5)
-    for name, grad in plain_grads.items():  # long sequences: float noise relative to the gradient's scale
-        scale = float(grad.abs().max())
-        torch.testing.assert_close(packed_grads[name], grad, atol=1e-5 + 1e-6 * scale, rtol=0, msg=name)
+    plain_tokens, packed_tokens = assert_packed_equals_plain(model, samples, grad_noise=1e-6)  # long sequences
     for t in trajectories:  # one episode's row: its last prompt plus each step's response once more
         steps = [TrainSample.from_turn(s.prompt_ids, s.response_ids) for s in t.steps]
         assert row_length(steps) == len(steps[-1].ids) + sum(len(s.response_ids) for s in t.steps[:-1])
