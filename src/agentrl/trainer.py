@@ -20,7 +20,7 @@ from agentrl import distributed
 from agentrl.actor import check_launch, shards_on_load
 from agentrl.actor.base import Actor
 from agentrl.advantages import compute_advantages
-from agentrl.checkpoint import latest_checkpoint, read_state, save_checkpoint
+from agentrl.checkpoint import export_final, latest_checkpoint, read_state, save_checkpoint
 from agentrl.components import Component, Context, StepBatch, timed
 from agentrl.config import ConfigError
 from agentrl.envs.base import sample_tasks
@@ -81,7 +81,7 @@ def advantage_metrics(values: list[float]) -> dict[str, float]:
 
 class RLTrainer:
     def __init__(self, config, model_path: str, run_dir: Path):
-        self.config, self.rl, self.run_dir = config, config.rl, Path(run_dir)
+        self.config, self.rl, self.run_dir, self.model_path = config, config.rl, Path(run_dir), model_path
         self.tokenizer = load_tokenizer(model_path)
         self.model = self._load_policy(model_path, empty=shards_on_load(self.rl.actor))
         self.world, self.rank = distributed.world(), distributed.rank()
@@ -342,6 +342,8 @@ class RLTrainer:
                               f"{metrics['timing_s/step']:.1f} s", flush=True)
             if main and not results:  # resumed at the last step: the final evaluation again
                 results = self.evaluate()
+            if main:
+                export_final(self.run_dir, self.model_path, self.config.model.dtype)
         finally:
             if tracker is not None:
                 tracker.close()
