@@ -163,6 +163,12 @@ runs/alfworld-smollm2/expert.jsonl: FORCE | $(STAMP)
 
 alfworld-smollm2: runs/smollm2/config.json runs/alfworld-smollm2/expert.jsonl  ## SmolLM2-135M on real ALFWorld (SEED=k): zero-shot -> LoRA SFT -> eval -> GRPO -> eval (hours on CPU)
 	$(VENV)/bin/agentrl run recipes/alfworld-smollm2.yaml --set seed=$(SEED) --set run_dir=runs/alfworld-smollm2/seed$(SEED) $(OVERRIDES)
+	$(VENV)/bin/agentrl compare --runs sft=runs/alfworld-smollm2@sft --runs zero-shot=runs/alfworld-smollm2@initial \
+		--out runs/alfworld-smollm2/compare-sft
+	$(VENV)/bin/agentrl compare --runs rl=runs/alfworld-smollm2@rl --runs sft=runs/alfworld-smollm2@sft \
+		--out runs/alfworld-smollm2/compare
+	for name in compare-sft compare; do cp runs/alfworld-smollm2/$$name/summary.md benchmarks/results/alfworld-smollm2-$$name.md; \
+		cp runs/alfworld-smollm2/$$name/summary.json benchmarks/results/alfworld-smollm2-$$name.json; done
 
 FORCE:
 

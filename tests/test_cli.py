@@ -98,6 +98,18 @@ def test_run_pipeline_end_to_end_and_rerun_skips_done_phases(tmp_path, capsys):
     assert (run / "sft" / "model" / "model.safetensors").stat().st_mtime == stamp
     assert json.loads((run / "summary.json").read_text())["seconds"] == summary["seconds"]  # nothing ran again
 
+    # Raising rl.steps continues RL: its time adds to what its checkpoint says the runs before took
+    # (set here to 1000 s), the other phases keep theirs, and the final model is a plain HF folder.
+    state = run / "rl" / "checkpoints" / "step_000001" / "trainer_state.json"
+    state.write_text(json.dumps({**json.loads(state.read_text()), "seconds": 1000.0}))
+    started = time.perf_counter()
+    assert main(["run", str(path), "--set", "rl.steps=2"]) == 0
+    seconds = json.loads((run / "summary.json").read_text())["seconds"]
+    assert 1000 < seconds["rl"] < 1000 + time.perf_counter() - started
+    assert {k: v for k, v in seconds.items() if k != "rl"} == {k: v for k, v in summary["seconds"].items() if k != "rl"}
+    assert json.loads((run / "logs" / "phase_seconds.json").read_text()) == seconds
+    assert (run / "rl" / "model" / "model.safetensors").is_file() and not (run / "rl" / "model.tmp").exists()
+
     checkpoint = run / "rl" / "checkpoints" / "step_000001"  # a checkpoint folder, not its model/
     assert main(["eval", str(path), "--checkpoint", str(checkpoint), "--out", str(tmp_path / "ev")]) == 0
     out = capsys.readouterr().out

@@ -71,13 +71,17 @@ def read_state(path: Path) -> dict:
 def export_final(run_dir: Path, base: str, dtype: str) -> Path:
     """The last checkpoint as a plain Hugging Face folder, run_dir/model, that
     `AutoModelForCausalLM.from_pretrained` and vLLM load (LoRA adapters merged into `base`, the
-    model they were trained on, in `dtype`); it takes that name only when written whole."""
+    model they were trained on, in `dtype`; full weights copied as saved); it takes that name only
+    when written whole."""
     import torch
 
     from agentrl.models import export_model
-    final, tmp = run_dir / "model", run_dir / "model.tmp"
+    final, tmp, model = run_dir / "model", run_dir / "model.tmp", latest_checkpoint(run_dir) / "model"
     shutil.rmtree(tmp, ignore_errors=True)
-    export_model(latest_checkpoint(run_dir), tmp, base, getattr(torch, dtype))
+    if (model / "adapter_config.json").is_file():
+        export_model(model, tmp, base, getattr(torch, dtype))
+    else:
+        shutil.copytree(model, tmp)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     return final

@@ -284,12 +284,17 @@ def run_pipeline(config: Config, restart: bool = False) -> dict:
         with timed(plan["seconds"], "sft"):  # with its DAgger rounds
             sft_phase(config, plan["model_path"], plan["sft_data"], plan["sft_out"], plan["sft_settings"],
                       plan["seconds"])
+        _record_seconds(config, plan["seconds"], "sft", "dagger")
     plan = distributed.on_main(lambda: _until_rl(config, plan))
     results, seconds = plan["results"], plan["seconds"]
     if plan["train_rl"]:
+        rl_dir = Path(config.run_dir) / "rl"
         with timed(seconds, "rl"):  # with its evaluations
-            results["rl"] = train_rl(config, plan["model_path"], Path(config.run_dir) / "rl", resume=True,
+            results["rl"] = train_rl(config, plan["model_path"], rl_dir, resume=True,
                                      baseline=results.get("sft", results.get("initial")))
+        if distributed.is_main():  # over every run that continued it: its last checkpoint's record
+            seconds["rl"] = read_state(latest_checkpoint(rl_dir)).get("seconds", seconds["rl"])
+            _record_seconds(config, seconds, "rl")
     if not distributed.is_main():
         distributed.shutdown()
         return {}
@@ -340,6 +345,7 @@ def _until_sft(config: Config, restart: bool) -> dict:
         if not phases.reusable("init", settings, (Path(model_path) / "config.json").exists()):
             with timed(seconds, "init"):
                 make_tiny_model(config, model_path)
+            _record_seconds(config, seconds, "init")
             phases.complete("init", settings)
     upstream = {"model.path": model_path, "model.fingerprint": folder_fingerprint(model_path),
                 "model.dtype": config.model.dtype, **plugins}
@@ -363,6 +369,7 @@ def _until_sft(config: Config, restart: bool) -> dict:
             data.parent.mkdir(parents=True, exist_ok=True)
             with timed(seconds, "expert data"):
                 stats = expert_data(config, data, config.sft.episodes, config.sft.judgments)
+            _record_seconds(config, seconds, "expert data")
             console.print(f"[bold]expert data[/] {stats} -> {data}", soft_wrap=True)
             phases.complete("expert data", data_settings)
     settings = {**upstream, **data_settings, **config_settings(config, "seed", "sft", exclude=SFT_CONTINUABLE)}
@@ -412,6 +419,17 @@ def _phases(run_dir: Path) -> Phases:
     return Phases(run_dir, say=lambda line: console.print(f"[bold]phase[/] {line}"))
 
 
+def _record_seconds(config: Config, seconds: dict[str, float], *phases: str) -> None:
+    """The `phases`' seconds written into run_dir/logs/phase_seconds.json as soon as they end (rank
+    0), so a later phase that stops or fails does not lose them."""
+    if not distributed.is_main():
+        return
+    path = Path(config.run_dir) / "logs" / "phase_seconds.json"
+    recorded = json.loads(path.read_text()) if path.exists() else {}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, json.dumps({**recorded, **{p: seconds[p] for p in phases if p in seconds}}, indent=2))
+
+
 def _phase_log(config: Config, now: dict[str, float], results: dict[str, dict]) -> dict[str, float]:
     """Seconds per phase, the phases run now merged into those of earlier runs of the folder (a
     reused phase keeps its time), written with each phase's evaluation to run_dir/logs: scalars
@@ -440,6 +458,7 @@ def _eval_phase(config: Config, phases: Phases, name: str, model_path: str, upst
     else:
         with timed(seconds, f"eval {name}"):
             results = evaluate_checkpoint(config, model_path, out_dir)
+        _record_seconds(config, seconds, f"eval {name}")
         phases.complete(f"eval {name}", settings)
     _print_phase(name, results)
     return results

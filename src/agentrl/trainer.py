@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -299,15 +300,17 @@ class RLTrainer:
 
     # --- the loop ----------------------------------------------------------------------------------
     def run(self, resume: bool = False, baseline: dict | None = None) -> dict:
-        """Train to `rl.steps` (from the last checkpoint when resuming); the final evaluation.
-        `baseline`: evaluation results of the model RL starts from (the pipeline's post-SFT or
-        initial evaluation), logged as step 0 of the eval/* curves when the run starts fresh."""
-        rl = self.rl
+        """Train to `rl.steps` (from the last checkpoint when resuming); the final evaluation; the
+        last checkpoint exported as a plain HF folder, run_dir/model. `baseline`: evaluation results
+        of the model RL starts from (the pipeline's post-SFT or initial evaluation), logged as step 0
+        of the eval/* curves when the run starts fresh. Each checkpoint's state holds the seconds the
+        run has taken to reach it, over every run that continued it."""
+        rl, started, spent = self.rl, time.perf_counter(), 0.0  # spent: by the runs this one continues
         if resume and (ckpt := latest_checkpoint(self.run_dir)) is not None:
             self.actor.load(ckpt)
             self.sampler.update_weights(self.actor.weights())  # a separate sampler copy too
             state = read_state(ckpt)
-            self.step = state["step"]
+            self.step, spent = state["step"], state.get("seconds", 0.0)
             for component in self.components:
                 component.load(ckpt / component.name)
                 component.load_state(state.get("components", {}).get(component.name, {}))
@@ -330,7 +333,8 @@ class RLTrainer:
                     if tracker is not None:
                         tracker.log(self.step, metrics)
                     if (rl.save_every and self.step % rl.save_every == 0) or last:
-                        state = {"components": {c.name: c.state() for c in self.components if c.state()}}
+                        state = {"components": {c.name: c.state() for c in self.components if c.state()},
+                                 "seconds": spent + time.perf_counter() - started}
                         save_checkpoint(self.run_dir, self.step, self.actor, self.tokenizer, state, rl.keep_last,
                                         {c.name: c for c in self.components}, self.config.prompt)
                     bar.update(task, completed=self.step, description=(

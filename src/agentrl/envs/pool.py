@@ -93,7 +93,10 @@ def _serve(conn, env_config) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     server = EnvServer(env_config)
     while True:
-        command, requests = conn.recv()
+        try:
+            command, requests = conn.recv()
+        except EOFError:  # the parent was killed before it could say close
+            command = "close"
         if command == "close":
             server.close()
             conn.close()
