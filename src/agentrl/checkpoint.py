@@ -2,7 +2,8 @@
 
 A crash while saving leaves the previous checkpoint intact; the last `keep_last` are kept.
 Layout: checkpoints/step_000010/{model/ (HF folder), optimizer.pt, trainer_state.json, and one
-folder per extra trained part: critic/ (PPO), gcd/ (a GCD classifier head)}.
+folder per extra trained part: critic/ (PPO), gcd/ (a GCD classifier head)}. At the end of a
+run the last one is exported as a plain Hugging Face folder, model/ (`export_final`).
 """
 
 from __future__ import annotations
