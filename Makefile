@@ -169,6 +169,8 @@ alfworld-smollm2: runs/smollm2/config.json runs/alfworld-smollm2/expert.jsonl  #
 		--out runs/alfworld-smollm2/compare
 	for name in compare-sft compare; do cp runs/alfworld-smollm2/$$name/summary.md benchmarks/results/alfworld-smollm2-$$name.md; \
 		cp runs/alfworld-smollm2/$$name/summary.json benchmarks/results/alfworld-smollm2-$$name.json; done
+	$(PY) benchmarks/smollm2_table.py runs/alfworld-smollm2
+	$(PY) benchmarks/readme_tables.py
 
 FORCE:
 

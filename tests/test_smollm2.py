@@ -11,6 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from agentrl.data import encode_conversation, read_chat_dataset
+from agentrl.models import load_tokenizer
 from agentrl.pipeline import expert_data, run_pipeline
 from agentrl.recipe import load_config
 
@@ -51,7 +52,6 @@ def test_smollm2_sft_rl_and_reload_on_alfworld(smollm2_dir, alfworld_data, tmp_p
     checkpoint = sorted((run_dir / "rl" / "checkpoints").iterdir())[-1] / "model"
     trained = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(run_dir / "sft" / "model"), checkpoint)
 
-    from agentrl.models import load_tokenizer
     tokenizer = load_tokenizer(str(final))
     ids = encode_conversation(tokenizer, read_chat_dataset(tmp_path / "expert.jsonl")[0]).ids
     torch.testing.assert_close(token_logprobs(reloaded, ids), token_logprobs(trained, ids), atol=1e-4, rtol=0)

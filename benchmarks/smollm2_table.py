@@ -1,0 +1,45 @@
+"""SmolLM2 on real ALFWorld per seed and phase (`make alfworld-smollm2 SEED=k`), from each run's
+evaluation files into benchmarks/results/alfworld-smollm2.csv (the environments guide's table).
+
+    python benchmarks/smollm2_table.py [runs/alfworld-smollm2]
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results" / "alfworld-smollm2.csv"
+
+
+def rows(runs: Path) -> list[dict]:
+    found = []
+    for seed in sorted(runs.glob("seed*")):
+        for phase in ("initial", "sft", "rl"):
+            path = seed / "eval" / phase / "results.json"
+            if not path.is_file():
+                continue
+            results = json.loads(path.read_text())
+            row = {"seed": seed.name.removeprefix("seed"), "phase": "zero-shot" if phase == "initial" else phase}
+            for split, r in results.items():
+                wins = round(r["success"] * r["episodes"])
+                low, high = r["ci95"]
+                row[split] = f"{wins} / {r['episodes']} = {100 * r['success']:.1f}% [{100 * low:.1f}, {100 * high:.1f}]"
+            found.append(row)
+    return found
+
+
+def main() -> None:
+    found = rows(Path(sys.argv[1] if len(sys.argv) > 1 else "runs/alfworld-smollm2"))
+    if not found:
+        raise SystemExit("no evaluated phase found")
+    with RESULTS.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(found[0]))
+        writer.writeheader()
+        writer.writerows(found)
+
+
+if __name__ == "__main__":
+    main()
