@@ -1,7 +1,7 @@
 """`make demo` end to end, before and after shared prefixes: the demo recipe's whole pipeline
 twice, at the same time (so that other jobs on the machine slow both alike), once with prefix
 packing, tree prefill and grouped mini-batches off (`rl.pack_prefixes=false`,
-`rl.sampler.share_prefill=false`, `rl.mini_batch_order=shuffled`: the update as it was before
+`rl.sampler.share_prefixes=false`, `rl.mini_batch_order=shuffled`: the update as it was before
 them) and once as the recipe stands. Per run: wall-clock seconds, each phase's seconds (the run's
 logs/phase_seconds.json), peak resident memory and the final success per split; rows are appended
 to benchmarks/results/demo_e2e.csv.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from results_csv import append_rows, commit
 
-MODES = {"before": ["rl.pack_prefixes=false", "rl.sampler.share_prefill=false", "rl.mini_batch_order=shuffled"],
+MODES = {"before": ["rl.pack_prefixes=false", "rl.sampler.share_prefixes=false", "rl.mini_batch_order=shuffled"],
          "now": []}
 
 

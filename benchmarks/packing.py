@@ -41,7 +41,7 @@ from agentrl.checkpoint import list_checkpoints
 from agentrl.tracking import read_metrics
 from results_csv import append_rows, commit
 
-MODES = {"unpacked": ("false", "false"), "packed": ("true", "true")}  # (rl.pack_prefixes, rl.sampler.share_prefill)
+MODES = {"unpacked": ("false", "false"), "packed": ("true", "true")}  # (rl.pack_prefixes, rl.sampler.share_prefixes)
 SAME_SAMPLER = ("false", "true")  # an unpacked update beside the packed one's sampler: the weights check
 BASELINE = "at-issue"
 PARTS = ["timing_s/gen", "timing_s/actor_logprobs", "timing_s/update"]
@@ -83,7 +83,7 @@ def main() -> None:
 
     def sets(pack_share):
         pack, share = pack_share
-        return [*args.set, *common, f"rl.pack_prefixes={pack}", f"rl.sampler.share_prefill={share}"]
+        return [*args.set, *common, f"rl.pack_prefixes={pack}", f"rl.sampler.share_prefixes={share}"]
 
     modes = [*MODES] + [BASELINE] * bool(args.baseline)
     runs: dict[str, list[dict]] = {mode: [] for mode in modes}

@@ -98,7 +98,7 @@ def main() -> None:
             folder = Path(tmp)
             tok, model = tokenizer(folder), model_folder(folder, hidden, layers)
             model = model.to(device, getattr(torch, dtype))
-            hf, shared = HFSampler(model, tok, share_prefill=False), HFSampler(model, tok)
+            hf, shared = HFSampler(model, tok, share_prefixes=False), HFSampler(model, tok)
             hf_s, hf_out = timed(lambda: hf.generate(batch, params), args.repeats)
             shared_s, shared_out = timed(lambda: shared.generate(batch, params), args.repeats)
             # One engine at a time: a discarded engine tears down vLLM's process-wide state.

@@ -44,7 +44,7 @@ def measure(run: Path, repeats: int) -> dict:
     config = load_config(run / "config.yaml")
     model_dir = str(run / "sft" / "model")
     tokenizer, model = load_tokenizer(model_dir), load_model(model_dir, "float32")
-    samplers = {"generate": HFSampler(model, tokenizer, share_prefill=False), "shared": HFSampler(model, tokenizer)}
+    samplers = {"generate": HFSampler(model, tokenizer, share_prefixes=False), "shared": HFSampler(model, tokenizer)}
     seconds = {name: 0.0 for name in samplers}
     same = gap = prompts = distinct = 0
     batches = calls(run, tokenizer)

@@ -352,6 +352,9 @@ def test_a_setting_added_since_at_its_old_behaviour_keeps_a_phase(tmp_path):
     phases.complete("rl", {"rl.steps": 3})  # recorded before rl.mini_batch_order existed
     assert phases.reusable("rl", {"rl.steps": 3, "rl.mini_batch_order": "shuffled"}, True)
     assert not phases.reusable("rl", {"rl.steps": 3, "rl.mini_batch_order": "grouped"}, True)
+    phases.complete("sample", {"rl.sampler.share_prefill": False})  # recorded under its earlier name
+    assert phases.reusable("sample", {"rl.sampler.share_prefixes": False}, True)
+    assert not phases.reusable("sample", {"rl.sampler.share_prefixes": True}, True)
     phases.complete("data", {"env.max_steps": 30})  # recorded before ScienceWorld had a notebook or teleports
     assert phases.reusable("data", {"env.max_steps": 30, "env.memory": False, "env.expert_teleports": False}, True)
     assert not phases.reusable("data", {"env.max_steps": 30, "env.memory": True, "env.expert_teleports": False}, True)

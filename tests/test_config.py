@@ -67,6 +67,17 @@ def test_every_recipe_loads():
     assert validate_config({}).rl is None
 
 
+def test_filter_groups_needs_groups_of_two():
+    validate_config({"rl": {"group_size": 2, "rollout": {"filter_groups": {}}}})
+    with pytest.raises(ConfigError, match=r"rl\.rollout\.filter_groups .* needs rl\.group_size >= 2"):
+        validate_config({"rl": {"group_size": 1, "rollout": {"filter_groups": {"max_draws": 2}}}})
+
+
+def test_the_samplers_old_share_prefill_is_read_as_share_prefixes():
+    assert not validate_config({"rl": {"sampler": {"type": "hf", "share_prefill": False}}}).rl.sampler.share_prefixes
+    assert validate_config({"rl": {"sampler": {"type": "hf"}}}).rl.sampler.share_prefixes
+
+
 def test_sharded_actor_with_vllm_refuses_what_needs_a_full_policy_copy():
     base = {"rl": {"actor": {"backend": "fsdp2"}, "sampler": {"type": "vllm"}}}
     validate_config(base)  # fine on its own
@@ -150,7 +161,7 @@ ADDED_SINCE = {  # (section, its type or None for any, field): fields added afte
     ("env", "scienceworld", "expert_teleports"): False, ("env", "scienceworld", "memory"): False,
     ("env", "scienceworld", "reject_unparsed"): False, ("prompt", None, "full_history"): False,
     ("prompt", None, "turn_template"): "Observation: {observation}\nAdmissible actions: {actions}",
-    ("rl", None, "mini_batch_order"): "shuffled",
+    ("rl", None, "mini_batch_order"): "shuffled", ("rl.rollout", None, "filter_groups"): None,
     ("env", "alfworld", "grouped_actions"): False, ("env", "alfworld", "memory"): False, ("sft", None, "dagger"): None,
     ("sampling", None, "retries"): 0, ("eval.sampling", None, "retries"): 0, ("rl.aux.0.sampling", None, "retries"): 0,
     ("sft.dagger", None, "sampling"): {"temperature": 0.4, "top_p": 1.0, "max_new_tokens": 48, "retries": 0},
@@ -196,9 +207,12 @@ def test_recipes_and_saved_configs_load_as_before_the_built_ins_moved(saved):
 
 def _components_moved(settings: dict) -> dict:
     """The settings as they read since NTHR and the coupling lab became components (rl.components):
-    the files hold `rl.nthr` (one of them set) and the lab's `rl.coupling_*` at 0 (off)."""
+    the files hold `rl.nthr` (one of them set) and the lab's `rl.coupling_*` at 0 (off); and since
+    `rl.sampler.share_prefill` became `share_prefixes`."""
     settings = copy.deepcopy(settings)
     rl = settings["rl"]
+    if "share_prefill" in rl["sampler"]:
+        rl["sampler"]["share_prefixes"] = rl["sampler"].pop("share_prefill")
     assert (rl.pop("coupling_every"), rl.pop("coupling_pairs"), rl.pop("coupling_lr")) == (0, 8, 0.001)
     nthr = rl.pop("nthr")
     rl["components"] = [{"type": "nthr", **nthr}] if nthr else []

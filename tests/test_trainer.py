@@ -363,6 +363,51 @@ def test_aborted_groups_are_left_out_of_the_update(choice_model_dir, tmp_path):
     assert largest_change(everything, without_group) > 1e-4  # group 1 mattered
 
 
+def test_filter_groups_draws_more_tasks_and_trains_only_groups_whose_returns_differ(choice_model_dir, tmp_path):
+    """rl.rollout.filter_groups (DAPO's dynamic sampling): the step draws rounds of tasks until
+    tasks_per_step groups differ in return; its update equals the update on the first
+    tasks_per_step of those alone, and a step where none differs leaves the weights as they were."""
+    import copy
+
+    import twostep
+
+    from agentrl.rollout.types import differing_groups
+
+    filtering = {"rollout": {"filter_groups": {"max_draws": 6}}}
+
+    def learn(trajectories, **rl):
+        trainer = RLTrainer(twostep.config(tmp_path, tasks_per_step=2, **rl), str(choice_model_dir), tmp_path)
+        try:
+            metrics = trainer.learn(copy.deepcopy(trajectories), 1)
+            return flat_weights(trainer.model), metrics
+        finally:
+            trainer.close()
+
+    trainer = RLTrainer(twostep.config(tmp_path, tasks_per_step=2, **filtering), str(choice_model_dir), tmp_path)
+    initial = flat_weights(trainer.model)
+    try:
+        played = trainer.rollout(3)  # a step (of this seed) whose draws show both
+        draws = trainer.draws
+    finally:
+        trainer.close()
+    differing = differing_groups(played)
+    groups = {t.group_id for t in played}
+    assert draws > 1 and len(groups) > 2  # the first draw had a group whose returns were all the same
+    assert len(differing) > 2  # and the last draw overshot: only the first 2 may train
+    first = [t for t in played if t.group_id in differing[:2]]
+
+    filtered, metrics = learn(played, **filtering)
+    alone, _ = learn(first)
+    assert metrics["rollout/uniform_groups"] == len(groups) - len(differing) > 0
+    assert largest_change(filtered, alone) < 1e-6
+    assert largest_change(filtered, initial) > 1e-4
+
+    uniform = [t for t in played if t.group_id not in differing]
+    untouched, metrics = learn(uniform, **filtering)
+    assert metrics["rollout/uniform_groups"] == len(groups) - len(differing)
+    assert largest_change(untouched, initial) == 0
+
+
 def test_kl_in_reward_adds_each_actions_kl_to_its_penalty(choice_model_dir, tmp_path):
     """kl_coef x the summed per-token k3 KL(sampler || reference) joins the step's penalty, so
     within a task group (equal episode rewards) a step with more KL gets a lower advantage."""

@@ -128,7 +128,7 @@ def tree_attention(model, subtree_end: torch.Tensor) -> torch.Tensor:
                            ).masked_fill(~attention, torch.finfo(model.dtype).min)
     if implementation != "sdpa":
         raise ValueError(f"prefix packing needs sdpa or eager attention, not {implementation!r}: set "
-                         "rl.pack_prefixes / sft.pack_prefixes / rl.sampler.share_prefill to false")
+                         "rl.pack_prefixes / sft.pack_prefixes / rl.sampler.share_prefixes to false")
     return attention
 
 

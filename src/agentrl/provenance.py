@@ -82,11 +82,15 @@ OLD_BEHAVIOUR = {"rl.mini_batch_order": "shuffled", "env.memory": False, "env.ex
 """Settings added since runs were first recorded whose default is not None, each with the value
 that does what runs recorded without it did; and settings gone since (the coupling lab's, now a
 component), each with the value that did what runs recorded without them do."""
+RENAMED = {"rl.sampler.share_prefill": "rl.sampler.share_prefixes"}
+"""Settings recorded under an earlier name: old name -> the name they are compared under."""
 
 
 def changes(old: dict, new: dict) -> list[str]:
     """'key: old -> new' for every setting that differs. A key a record lacks was added since: at
-    None or its `OLD_BEHAVIOUR` value it changes nothing."""
+    None or its `OLD_BEHAVIOUR` value it changes nothing; one recorded under an earlier name
+    (`RENAMED`) is compared under its name now."""
+    old = {RENAMED.get(k, k): v for k, v in old.items()}
     keys = sorted(set(old) | set(new))
     return [f"{k}: {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}" for k in keys
             if old.get(k, OLD_BEHAVIOUR.get(k)) != new.get(k, OLD_BEHAVIOUR.get(k))]

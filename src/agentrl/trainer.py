@@ -10,6 +10,7 @@ sampling randomness from (seed, step), so a resumed run continues exactly like a
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import time
@@ -39,6 +40,7 @@ from agentrl.progress import plain_output, progress, set_stage
 from agentrl.registry import ACTORS, ADVANTAGES, AUX_LOSSES, COMPONENTS, SAMPLERS
 from agentrl.rollout.collect import collect
 from agentrl.rollout.records import write_trajectories
+from agentrl.rollout.types import differing_groups, group_by_id
 from agentrl.sampler.base import Sampler
 from agentrl.seeding import step_seed
 from agentrl.tracking import Tracker
@@ -55,6 +57,8 @@ def check_ranks(rl, world: int) -> None:
 def rollout_metrics(trajectories) -> dict[str, float]:
     steps = [s for t in trajectories for s in t.steps]
     n = max(len(trajectories), 1)
+    broken = {t.group_id for t in trajectories if t.aborted}
+    uniform = len(group_by_id(trajectories)) - len(broken) - len(differing_groups(trajectories))
     by_type: dict[str, list[bool]] = {}
     for t in trajectories:
         by_type.setdefault(t.task_type, []).append(t.success)
@@ -67,7 +71,8 @@ def rollout_metrics(trajectories) -> dict[str, float]:
         "rollout/repeated_rate": sum(t.repeated_actions for t in trajectories) / max(len(steps), 1),
         "rollout/response_tokens": statistics.fmean(len(s.response_ids) for s in steps) if steps else 0.0,
         "rollout/aborted": float(sum(t.aborted for t in trajectories)),
-        "rollout/dropped_groups": float(len({t.group_id for t in trajectories if t.aborted})),
+        "rollout/dropped_groups": float(len(broken)),
+        "rollout/uniform_groups": float(uniform),  # their returns all the same: no group-relative advantage
         **{f"rollout/success/{kind}": statistics.fmean(wins) for kind, wins in sorted(by_type.items())},
     }
 
@@ -106,6 +111,8 @@ class RLTrainer:
         self.trajectories: list = []
         """This rank's trajectories of the last step (with their advantages)."""
         self._skipped_in_a_row = 0
+        self.draws = 0
+        """Rounds of tasks the last step drew (more than 1 only with rl.rollout.filter_groups)."""
 
     def component(self, name: str):
         """The component called `name` (e.g. "critic", "ref", an auxiliary loss's name)."""
@@ -138,22 +145,35 @@ class RLTrainer:
             metrics = self.learn(trajectories, step, timing)
         self.step, self.trajectories = step, trajectories
         metrics["timing_s/step"] = timing["step"]
+        metrics["rollout/draws"] = self.draws
         # Rollout, advantage and timing statistics are per rank: averaged over the ranks.
         # (Actor totals and token counts are already global.)
         return distributed.mean_metrics(metrics)
 
     def rollout(self, step: int, timing: dict | None = None) -> list:
         """This rank's trajectories of training step `step` (1-based): every rank draws the same
-        task list and plays its own contiguous share of it."""
+        task list and plays its own contiguous share of it. With rl.rollout.filter_groups, further
+        rounds of tasks (each rank its own) until its share of groups differ in return."""
         rl, cfg = self.rl, self.config
+        share, filtering = rl.tasks_per_step // self.world, rl.rollout.filter_groups
         tasks = sample_tasks(self.pool.local, "train", rl.tasks_per_step, random.Random(step_seed(cfg.seed, step, "tasks")))
-        share = rl.tasks_per_step // self.world
+        tasks = tasks[self.rank * share:(self.rank + 1) * share]
         torch.manual_seed(step_seed(cfg.seed, step, "sampling" if self.world == 1 else f"sampling:{self.rank}"))
         hint = "\n".join(h for h in (c.hint(step) for c in self.components) if h)
-        trajectories = collect(self.pool, self.sampler, self.tokenizer, tasks[self.rank * share:(self.rank + 1) * share],
-                               rl.group_size, cfg.prompt, cfg.sampling,
-                               first_group_id=(step - 1) * rl.tasks_per_step + self.rank * share, timing=timing,
-                               hint=hint, mode=rl.rollout.mode, batch_window_s=rl.rollout.batch_window_s)
+        rounds = filtering.max_draws if filtering else 1
+        trajectories = []
+        for draw in range(rounds):
+            first_group_id = ((step - 1) * rounds + draw) * rl.tasks_per_step + self.rank * share  # unique in the run
+            trajectories += collect(self.pool, self.sampler, self.tokenizer, tasks, rl.group_size, cfg.prompt,
+                                    cfg.sampling, first_group_id=first_group_id, timing=timing, hint=hint,
+                                    mode=rl.rollout.mode, batch_window_s=rl.rollout.batch_window_s)
+            self.draws = draw + 1
+            differing = len(differing_groups(trajectories))
+            if filtering is None or differing >= share:
+                break
+            rate = differing / len(group_by_id(trajectories))  # tasks drawn for the groups missing, at the rate so far
+            n = min(share, math.ceil((share - differing) / max(rate, 1 / share)))
+            tasks = sample_tasks(self.pool.local, "train", n, random.Random(step_seed(cfg.seed, step, f"tasks:{draw + 1}:{self.rank}")))
         aborted, total = distributed.all_sum([sum(t.aborted for t in trajectories), len(trajectories)])
         if total and aborted / total > rl.max_aborted_share:
             raise RunError(f"{aborted:.0f} of {total:.0f} episodes aborted in RL step {step} (more than "
@@ -164,10 +184,7 @@ class RLTrainer:
         """Score, advantages and one update (all ranks together) on this rank's `trajectories`;
         sets each usable step's `advantage`. Returns this rank's metrics."""
         timing = timing if timing is not None else {}
-        # An aborted episode leaves its group: the group baseline of the others would be biased
-        # (a crash can correlate with the outcome), so the whole group sits this step out.
-        broken = {t.group_id for t in trajectories if t.aborted}
-        usable = [t for t in trajectories if t.group_id not in broken]
+        usable = self._trained(trajectories)
         steps = [s for t in usable for s in t.steps]
         batch = StepBatch(step, usable, steps,
                           [TrainSample.from_turn(s.prompt_ids, s.response_ids, old_logprobs=s.logprobs) for s in steps])
@@ -190,6 +207,17 @@ class RLTrainer:
         trained = self._tokens(batch)
         return self._metrics(trajectories, batch, aux_batches, tally.report(trained, n_updates), trained,
                              computed, timing)
+
+    def _trained(self, trajectories: list) -> list:
+        """The trajectories the update trains on. An aborted episode leaves its group out: the group
+        baseline of the others would be biased (a crash can correlate with the outcome). With
+        rl.rollout.filter_groups so does a group whose returns are all the same, and the first
+        groups of this rank's share are kept."""
+        if self.rl.rollout.filter_groups is not None:
+            kept = set(differing_groups(trajectories)[:self.rl.tasks_per_step // self.world])
+            return [t for t in trajectories if t.group_id in kept]
+        broken = {t.group_id for t in trajectories if t.aborted}
+        return [t for t in trajectories if t.group_id not in broken]
 
     def _tokens(self, batch: StepBatch) -> float:
         """The response tokens the update trained (every rank's, every epoch)."""

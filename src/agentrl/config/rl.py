@@ -49,6 +49,16 @@ class EnvPoolConfig(Section):
     """Cluster and per-worker resources of the ray backend."""
 
 
+class FilterGroupsConfig(Section):
+    """DAPO's dynamic sampling: a group whose episodes all returned the same carries no
+    group-relative advantage (GRPO, RLOO, GAGPO's episode terms), so it is left out of the update
+    and more tasks are drawn until the step has `rl.tasks_per_step` groups whose returns differ."""
+
+    max_draws: int = Field(4, ge=1)
+    """Rounds of tasks a step may draw (the first is the step's usual draw; each later one sized
+    by the share of groups that differed so far). The step trains on what it has after the last."""
+
+
 class RolloutConfig(Section):
     mode: Literal["lockstep", "async"] = "lockstep"
     """lockstep: every turn samples all active episodes together, then steps all environments,
@@ -59,6 +69,10 @@ class RolloutConfig(Section):
     batch_window_s: float = Field(0.05, ge=0)
     """Async with a batch sampler (HF): after the first episode is ready, how long to wait for
     more before sampling them together (sampling stops waiting once every episode is ready)."""
+    filter_groups: FilterGroupsConfig | None = None
+    """Train only on groups whose returns differ, drawing more tasks for the others (None: every
+    group trains). rollout/* metrics cover every episode drawn; rollout/uniform_groups counts
+    those left out, rollout/draws the rounds."""
 
 
 class RLConfig(Section):
@@ -167,6 +181,12 @@ class RLConfig(Section):
     def _known_kl(cls, name: str) -> str:
         KL_ESTIMATORS.entry(name)
         return name
+
+    @model_validator(mode="after")
+    def _filter_groups_needs_groups(self):
+        if self.rollout.filter_groups is not None and self.group_size < 2:
+            raise ValueError("rl.rollout.filter_groups keeps groups whose returns differ: it needs rl.group_size >= 2")
+        return self
 
     @model_validator(mode="after")
     def _tis_needs_actor_logprobs(self):

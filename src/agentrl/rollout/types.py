@@ -71,3 +71,14 @@ def group_by_id(trajectories: list[Trajectory]) -> dict[int, list[Trajectory]]:
     for traj in trajectories:
         groups.setdefault(traj.group_id, []).append(traj)
     return groups
+
+
+def differing_groups(trajectories: list[Trajectory]) -> list[int]:
+    """Ids of the groups, in order, with no episode aborted whose episodes' returns are not all
+    the same (to 1e-9: the same rewards summed in another order count as the same)."""
+    ids = []
+    for group_id, group in group_by_id(trajectories).items():
+        returns = [t.episode_reward for t in group]
+        if not any(t.aborted for t in group) and max(returns) - min(returns) > 1e-9:
+            ids.append(group_id)
+    return ids

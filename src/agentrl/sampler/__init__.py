@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from agentrl.config import Section
 from agentrl.registry import SAMPLERS
@@ -18,12 +18,21 @@ class HFSamplerConfig(Section):
 
     type: Literal["hf"] = "hf"
     """What generates the rollouts: hf, or vllm."""
-    share_prefill: bool = True
+    share_prefixes: bool = True
     """The prompts of a generation batch are prefilled as prefix trees (each shared leading part
     once) and every decoding step reads each distinct prompt's cache once for all its samples
     (`agentrl.sampler.shared_decode`; Qwen2- and Llama-family models): the tokens and log-probs of
     `generate` up to float summation order (a few 1e-6). false: `generate` on each prompt. vLLM
-    caches prefixes itself (prefix caching, on)."""
+    caches prefixes itself (prefix caching, on). Read from `share_prefill`, its name before it
+    shared decoding too."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_name(cls, data):
+        if isinstance(data, dict) and "share_prefill" in data:
+            data = dict(data)
+            data.setdefault("share_prefixes", data.pop("share_prefill"))
+        return data
 
 
 class VLLMSamplerConfig(Section):
@@ -49,7 +58,7 @@ class VLLMSamplerConfig(Section):
 @SAMPLERS.register("hf", HFSamplerConfig)
 def hf(config, model_path, policy, tokenizer, run):
     from agentrl.sampler.hf import HFSampler
-    return HFSampler(policy(), tokenizer, config.share_prefill)
+    return HFSampler(policy(), tokenizer, config.share_prefixes)
 
 
 @SAMPLERS.register("vllm", VLLMSamplerConfig)

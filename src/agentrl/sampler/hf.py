@@ -15,15 +15,15 @@ from agentrl.sampler.base import Generation
 
 
 class HFSampler:
-    def __init__(self, model, tokenizer, share_prefill: bool = True):
-        """`share_prefill`: the prompts of a batch are prefilled as prefix trees, each leading part
+    def __init__(self, model, tokenizer, share_prefixes: bool = True):
+        """`share_prefixes`: the prompts of a batch are prefilled as prefix trees, each leading part
         they share (a group's task, a recurring state) computed once, and each decoding step reads
         each distinct prompt's cache once for all its samples (`shared_decode`), for the model
-        families it supports; otherwise, and with `share_prefill` false, `generate` runs them."""
+        families it supports; otherwise, and with `share_prefixes` false, `generate` runs them."""
         self.model = model
         self.pad_id = tokenizer.pad_token_id
         self.eos_id = tokenizer.eos_token_id
-        self.share_prefill = share_prefill and shared_decode.supports(model)
+        self.share_prefixes = share_prefixes and shared_decode.supports(model)
         self.packing = Packing.for_model(model.config)
 
     def sleep(self) -> None:
@@ -43,7 +43,7 @@ class HFSampler:
         self._check_context(max(map(len, prompts)) + params.max_new_tokens)
         was_training = self.model.training
         self.model.eval()
-        if self.share_prefill and min(map(len, prompts)) >= 2:
+        if self.share_prefixes and min(map(len, prompts)) >= 2:
             tokens, logprobs = shared_decode.generate(self.model, prompts, params, self.eos_id, self.pad_id,
                                                       self.packing)
         else:
