@@ -11,7 +11,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-cpu-filter alfworld-smollm2 scienceworld-cpu FORCE testbed testbed-gcd test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
+.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-cpu-gagpo45 alfworld-cpu-filter alfworld-smollm2 scienceworld-cpu FORCE testbed testbed-gcd test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
 	pipeline sft rl eval plan
 
 help:  ## this list
@@ -129,6 +129,7 @@ scienceworld-cpu: runs/scienceworld-cpu/expert.jsonl  ## the same on real Scienc
 # estimator - SFT paired over the seeds of both.
 ESTIMATOR_SET_gigpo := --set "rl.advantage={type: gigpo}"
 ESTIMATOR_SET_gagpo := --set "rl.advantage={type: gagpo}" --set "rl.loss={type: seq_ratio}"  # as in the paper
+ESTIMATOR_SET_gagpo45 := $(ESTIMATOR_SET_gagpo) --set rl.steps=45  # 3x the recipe's RL steps
 ESTIMATOR_SET_filter := --set "rl.rollout.filter_groups={max_draws: 4}"  # GRPO on groups whose returns differ
 define from_cold_start
 	mkdir -p runs/alfworld-cpu-$(1)/seed$(SEED)/eval
@@ -151,6 +152,9 @@ alfworld-cpu-gigpo: $(STAMP)  ## GiGPO vs GRPO on real ALFWorld from seed SEED's
 
 alfworld-cpu-gagpo: $(STAMP)  ## GAGPO (seq_ratio loss) vs GRPO, the same way (after make alfworld-cpu SEED=k)
 	$(call from_cold_start,gagpo)
+
+alfworld-cpu-gagpo45: $(STAMP)  ## GAGPO for 45 RL steps instead of 15, the same way
+	$(call from_cold_start,gagpo45)
 
 alfworld-cpu-filter: $(STAMP)  ## GRPO with dynamic sampling (rl.rollout.filter_groups) vs GRPO, the same way
 	$(call from_cold_start,filter)
