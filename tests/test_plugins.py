@@ -156,3 +156,5 @@ def test_a_plugin_component_and_train_resume_against_changed_plugin_code(tmp_pat
 
     with pytest.raises(ConfigError, match="trainer component 'step_costs'; registered: coupling, nthr, step_cost"):
         load_config(recipe, ["rl.components=[{type: step_costs}]"])
+    with pytest.raises(ConfigError, match="trainer component 'kl_reference' is built for every run from the run's settings"):
+        load_config(recipe, ["rl.components=[{type: kl_reference}]"])  # registered like a plugin, always on

@@ -47,6 +47,8 @@ class Entry:
     """The implementation, or a "module:attribute" string imported at first use."""
     components: Any = None
     """`(config, context) -> list[Component]`: trainer components the entry needs (PPO's critic)."""
+    always: bool = False
+    """Built for every run from the run's own settings, never named in a recipe (the KL reference)."""
 
 
 class Registry:
@@ -55,11 +57,14 @@ class Registry:
         self._modules = modules  # imported before the first lookup: they register the built-ins
         self._entries: dict[str, Entry] = {}
 
-    def register(self, name: str, config: type[BaseModel] | None = None, target: Any = None, components=None):
+    def register(self, name: str, config: type[BaseModel] | None = None, target: Any = None, components=None,
+                 always: bool = False):
         """Register `target` under `name` (as a decorator when `target` is not given). `config` is
         the pydantic class of the recipe section; its `key` field (`type`) must default to `name`.
         `components(config, context) -> list[Component]` adds trainer components the entry needs
-        (`agentrl.components`)."""
+        (`agentrl.components`). An `always` entry takes no section: the trainer calls it in every
+        run (`target(None, context) -> list[Component]`, empty where the run's settings do not
+        call for it)."""
         if config is not None:
             field = config.model_fields.get(self.key)
             if field is None or field.default != name:
@@ -69,7 +74,7 @@ class Registry:
         def add(obj):
             if name in self._entries and self._entries[name].target is not obj:
                 raise PluginError(f"{self.axis} {name!r} is registered twice")
-            self._entries[name] = Entry(config, obj, components)
+            self._entries[name] = Entry(config, obj, components, always)
             return obj
         return add if target is None else add(target)
 
@@ -79,8 +84,14 @@ class Registry:
         load_entry_points()
 
     def names(self) -> list[str]:
+        """What a recipe section can name."""
         self._load()
-        return sorted(self._entries)
+        return sorted(name for name, entry in self._entries.items() if not entry.always)
+
+    def always(self) -> list[str]:
+        """The entries built for every run, in the order they were registered."""
+        self._load()
+        return [name for name, entry in self._entries.items() if entry.always]
 
     def entry(self, name: str) -> Entry:
         if name not in self._entries:
@@ -107,6 +118,9 @@ class Registry:
         if not name:
             raise ValueError(f"this {self.axis} section needs a `{self.key}`: one of {', '.join(self.names())}")
         entry = self.entry(name)
+        if entry.always:
+            raise ValueError(f"{self.axis} {name!r} is built for every run from the run's settings; "
+                             f"it takes no section")
         if entry.config is None:
             raise ValueError(f"{self.axis} {name!r} takes no settings")
         return entry.config.model_validate(data)
@@ -190,7 +204,8 @@ POLICY_LOSSES = Registry("policy loss", ("agentrl.losses.policy",))
 KL_ESTIMATORS = Registry("KL estimator", ("agentrl.losses.policy",))
 AUX_LOSSES = Registry("auxiliary loss", ("agentrl.losses.aux", "agentrl.gcd.loss"))
 SAMPLERS = Registry("sampler", ("agentrl.sampler",))
-COMPONENTS = Registry("trainer component", ("agentrl.advantages.nthr", "agentrl.analysis.coupling"))
+COMPONENTS = Registry("trainer component", ("agentrl.losses.reference", "agentrl.advantages.nthr",
+                                            "agentrl.analysis.coupling"))
 ACTORS = Registry("actor backend", ("agentrl.actor",), key="backend")
 
 __all__ = ["ACTORS", "ADVANTAGES", "AUX_LOSSES", "COMPONENTS", "ENVIRONMENTS", "KL_ESTIMATORS", "POLICY_LOSSES", "SAMPLERS",

@@ -31,7 +31,6 @@ from agentrl.errors import RunError
 from agentrl.evaluate import evaluate
 from agentrl.losses.aux import aux_part
 from agentrl.losses.policy import aggregation_weights
-from agentrl.losses.reference import kl_components
 from agentrl.losses.step import StepLoss, sampler_check, sampler_gap
 from agentrl.metrics import Tally
 from agentrl.models import add_lora, load_model, load_tokenizer
@@ -168,8 +167,10 @@ class RLTrainer:
                                     cfg.sampling, first_group_id=first_group_id, timing=timing, hint=hint,
                                     mode=rl.rollout.mode, batch_window_s=rl.rollout.batch_window_s)
             self.draws = draw + 1
+            if filtering is None:
+                break
             differing = len(differing_groups(trajectories))
-            if filtering is None or differing >= share:
+            if differing >= share:
                 break
             rate = differing / len(group_by_id(trajectories))  # tasks drawn for the groups missing, at the rate so far
             n = min(share, math.ceil((share - differing) / max(rate, 1 / share)))
@@ -436,11 +437,11 @@ def mini_batch_split(samples: list, size: int, n_chunks: int, world: int) -> lis
 
 
 def build_components(ctx: Context) -> tuple[list[Component], list]:
-    """The run's components, in hook order: the KL reference's (`rl.kl_coef`), those the
-    estimator brings, `rl.components` in their order, then the auxiliary losses (also returned
+    """The run's components, in hook order: those built for every run (the KL reference's), those
+    the estimator brings, `rl.components` in their order, then the auxiliary losses (also returned
     apart: their losses join the update)."""
     rl = ctx.config.rl
-    components: list[Component] = kl_components(ctx)
+    components: list[Component] = [part for name in COMPONENTS.always() for part in COMPONENTS.get(name)(None, ctx)]
     extra = ADVANTAGES.entry(rl.advantage.type).components
     if extra is not None:
         components += extra(rl.advantage, ctx)

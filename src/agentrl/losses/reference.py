@@ -1,5 +1,6 @@
-"""The KL reference as components: the reference's log-probs of every trained token, and the
-KL penalty as a reward term (`rl.kl_coef`, `rl.kl_in_reward`)."""
+"""The KL reference as components, built for every run whose `rl.kl_coef` > 0 (registered in
+`COMPONENTS` as `kl_reference`, always on): the reference's log-probs of every trained token, and
+the KL penalty as a reward term (`rl.kl_in_reward`)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from agentrl.components import Component, Context, StepBatch
 from agentrl.forward import response_logprobs
 from agentrl.models import load_model
 from agentrl.packing import Packing, per_sample
-from agentrl.registry import KL_ESTIMATORS
+from agentrl.registry import COMPONENTS, KL_ESTIMATORS
 
 
-def kl_components(ctx: Context) -> list[Component]:
+@COMPONENTS.register("kl_reference", always=True)
+def kl_reference(_config: None, ctx: Context) -> list[Component]:
     """What the KL term needs (`rl.kl_coef` > 0): the reference's log-probs, and with
     `rl.kl_in_reward` the penalty in the reward; none without a KL term."""
     config, rl = ctx.config, ctx.config.rl
