@@ -207,7 +207,8 @@ def test_each_distinct_prompt_is_read_once_per_decoding_step(tiny_model_dir):
     prompts = [a] * 12 + [b] * 3 + [a] * 8 + [a[:6]]
     prefixes = [a[:-1], b[:-1], a[:5]]
     owner = [0] * 12 + [1] * 3 + [0] * 8 + [2]
-    cache = shared_decode.PrefixCache(model, prefixes, owner, Packing.for_model(model.config), tokenizer.pad_token_id)
+    states = shared_decode.tree_prefill(model, prefixes, Packing.for_model(model.config), tokenizer.pad_token_id)
+    cache = shared_decode.PrefixCache(model, states, owner)
     per = shared_decode.QUERIES // (model.config.num_attention_heads // model.config.num_key_value_heads)
     assert per == 8 and [len(k) for k in cache.keys] == [3 + 1 + 1] * model.config.num_hidden_layers
     assert sorted(cache.slot[cache.slot < len(prompts)].tolist()) == list(range(len(prompts)))  # each sample once

@@ -159,3 +159,37 @@ def test_a_prompt_past_the_models_positions_is_refused(tiny_model_dir):
     assert len(sampler.generate([[5] * (limit - 4)], params)) == 1
     with pytest.raises(RunError, match=f"reaches {limit + 1} tokens, past the model's {limit} positions"):
         sampler.generate([[5] * 8, [5] * (limit - 3)], params)
+
+
+def test_a_sampler_keeping_each_episodes_cache_samples_what_prefilling_every_prompt_samples(tiny_model_dir):
+    """`keep_cache_mib`: the shared decoder keeps each prompt's and reply's keys and values, so an
+    episode's next turn prefills only the new turn. Seeded, it samples the same tokens with the
+    same log-probs as a sampler that prefills every prompt whole; it reads more prefix tokens than
+    it computes; within a small budget it keeps no more than the budget; and once the weights
+    change in place (as an update changes them), nothing computed with the old ones is read."""
+    tokenizer, model = load_tokenizer(tiny_model_dir), load_model(tiny_model_dir)
+
+    def play(sampler, seed):
+        torch.manual_seed(seed)
+        with EnvPool(HouseholdEnvConfig(max_steps=5), EnvPoolConfig(workers=0)) as pool:
+            trajectories = collect(pool, sampler, tokenizer, ["train-3", "train-8"], 2, FULL,
+                                   SamplingConfig(temperature=1.0, max_new_tokens=12))
+        steps = [s for t in trajectories for s in t.steps]
+        return [s.response_ids for s in steps], torch.tensor([p for s in steps for p in s.logprobs])
+
+    kept, small, plain = (HFSampler(model, tokenizer, keep_mib=64), HFSampler(model, tokenizer, keep_mib=1),
+                          HFSampler(model, tokenizer))
+    assert plain.kept is None
+    for seed in (0, 1):
+        tokens, logprobs = play(plain, seed)
+        for sampler in (kept, small):
+            their_tokens, their_logprobs = play(sampler, seed)
+            assert their_tokens == tokens and len(tokens) >= 12
+            torch.testing.assert_close(their_logprobs, logprobs, atol=1e-5, rtol=0)
+        if seed == 0:
+            assert kept.kept.reused > 2 * kept.kept.computed  # later turns read the earlier ones
+            assert len(kept.kept.entries) == 4  # one per episode: a turn's sequence replaces the last turn's
+            assert 0 < small.kept.bytes <= 2**20 < kept.kept.bytes
+            with torch.no_grad():  # an update in place: seed 1's first prompts are kept from seed 0's
+                for p in model.parameters():
+                    p.mul_(1.2)

@@ -66,3 +66,17 @@ def test_estimates_are_within_25_percent_of_measured_peaks(tmp_path, backend, ra
     assert len(rows) == ranks
     for row in rows:
         assert 0.8 <= row["ratio"] <= 1.25, row
+
+
+def test_full_history_plans_each_live_episodes_kept_cache():
+    """With `prompt.full_history` the HF sampler keeps every live episode's keys and values between
+    turns, up to `keep_cache_mib`: Qwen2.5-7B (28 layers, 4 key-value heads of 128) in bf16 holds
+    28 x 2 x 512 x 2 bytes a token, 112 MiB an episode at 2,048 tokens."""
+    recipe = ROOT / "recipes" / "alfworld-qwen2.5-7b.yaml"
+    window = memory_plan(load_config(recipe), 8, 80)
+    assert "kept cache" not in window["rl"]["parts_gib"]
+    full = memory_plan(load_config(recipe, ["prompt.full_history=true", "prompt.history_length=0"]), 8, 80)
+    assert full["rl"]["episode_mib"] == pytest.approx(112.0)
+    assert full["rl"]["parts_gib"]["kept cache"] == pytest.approx(1.0)  # 1,024 MiB: the budget, below 16 episodes' 1.75 GiB
+    kept = load_config(recipe, ["prompt.full_history=true", "prompt.history_length=0", "rl.sampler.keep_cache_mib=256"])
+    assert memory_plan(kept, 8, 80)["rl"]["parts_gib"]["kept cache"] == pytest.approx(0.25)

@@ -37,6 +37,7 @@ from agentrl.models import init_tiny_model, load_model, load_tokenizer, resolve_
 from agentrl.prompting import prompt_differences, save_prompt
 from agentrl.provenance import Phases, config_settings, folder_fingerprint, plugin_fingerprints
 from agentrl.recipe import save_config
+from agentrl.sampler import keep_cache_mib
 from agentrl.sampler.hf import HFSampler
 from agentrl.sft import train_sft
 from agentrl.tracking import Tracker
@@ -207,7 +208,7 @@ def _dagger_labels(config: Config, model_path: Path, number: int, out: Path, set
         torch.manual_seed(config.seed * 1000 + number)
         with EnvPool(config.env, config.rl.env_pool if config.rl else None) as pool:
             tokenizer = load_tokenizer(model_path)
-            sampler = HFSampler(load_model(model_path, config.model.dtype), tokenizer)
+            sampler = HFSampler(load_model(model_path, config.model.dtype), tokenizer, keep_mib=keep_cache_mib(config))
             stats = dagger_data(pool, sampler, tokenizer, config, number, out)
         console.print(f"[bold]dagger[/] round {number}: {stats}", soft_wrap=True)
         with (out.parent / "rounds.jsonl").open("a") as f:
@@ -257,8 +258,8 @@ def evaluate_checkpoint(config: Config, model_path: str, out_dir: Path) -> dict:
     tokenizer = load_tokenizer(model_path)
     model = load_model(model_path, config.model.dtype)
     with EnvPool(config.env, config.rl.env_pool if config.rl else None) as pool:
-        return evaluate(pool, HFSampler(model, tokenizer), tokenizer, config.eval, config.prompt,
-                        config.seed, out_dir)
+        sampler = HFSampler(model, tokenizer, keep_mib=keep_cache_mib(config))
+        return evaluate(pool, sampler, tokenizer, config.eval, config.prompt, config.seed, out_dir)
 
 
 def rl_settings(config: Config) -> dict:

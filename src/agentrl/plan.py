@@ -12,7 +12,8 @@ The arithmetic follows what agentrl's backends hold (P parameters, T of them tra
 - cpu_offload moves the optimiser state (and with fsdp2 / zero3 the weights) to CPU memory.
 - RL adds the reference model (kl_coef > 0, without LoRA), the PPO critic, and the sampler: the
   HF sampler shares the single actor's weights but holds a full copy beside a sharded one, plus
-  its KV cache for the rank's episodes; vLLM takes `gpu_memory_utilization` of the GPU (or its
+  its KV cache for the rank's episodes (and the kept cache across turns, `keep_cache_mib`, up to
+  every live episode's sequence at `--context` tokens); vLLM takes `gpu_memory_utilization` of the GPU (or its
   weights plus `kv_cache_gib`).
 - Activations of one micro-batch (`micro_batch_tokens`): ACT_H x hidden + ACT_I x intermediate
   values per token and layer (Qwen2 / Llama layers in eager PyTorch with SDPA, counted from what
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from agentrl.config import Config, ConfigError
 from agentrl.kernels.linear_logprob import BACKWARD_CHUNK_BYTES, CHUNK_ROWS
+from agentrl.sampler import keep_cache_mib
 
 GIB = 2 ** 30
 ACT_H, ACT_I = 14, 4
@@ -200,9 +202,16 @@ def phase_plan(config: Config, phase: str, gpus: int, cuda: bool = True, context
                 parts["sampler_share"] = rl.sampler.gpu_memory_utilization  # of the GPU: resolved by the caller
         else:
             copy = arch.params * b if actor.backend != "single" else 0
-            kv_cache = episodes * context * arch.layers * 2 * arch.kv_dim * b
-            parts["sampler"] = copy + kv_cache
+            parts["sampler"] = copy + episodes * episode_bytes(arch, context, b)
+            kept = keep_cache_mib(config) * 2**20
+            if kept:  # each live episode's sequence, kept between turns up to the budget
+                parts["kept cache"] = min(kept, episodes * episode_bytes(arch, context, b))
     return parts
+
+
+def episode_bytes(arch: Architecture, context: int, b: int) -> int:
+    """One live episode's keys and values at `context` tokens."""
+    return context * arch.layers * 2 * arch.kv_dim * b
 
 
 def memory_plan(config: Config, gpus: int, gpu_memory_gib: float, cuda: bool = True, context: int = 2048
@@ -220,6 +229,9 @@ def memory_plan(config: Config, gpus: int, gpu_memory_gib: float, cuda: bool = T
         total = sum(gib.values())
         plan[phase] = {"backend": getattr(config, phase).actor.backend, "parts_gib": gib, "total_gib": total,
                        "fits": total <= gpu_memory_gib}
+    if "rl" in plan:
+        plan["rl"].update(context=context, episode_mib=episode_bytes(
+            architecture(config), context, DTYPE_BYTES[config.model.dtype]) / 2**20)
     return plan
 
 
@@ -238,3 +250,6 @@ def print_plan(plan: dict, gpus: int, gpu_memory_gib: float, params: int) -> Non
     table.add_row("total", *(f"{e['total_gib']:.1f}" for e in plan.values()))
     table.add_row("fits", *("yes" if e["fits"] else "NO" for e in plan.values()))
     Console().print(table)
+    if "rl" in plan:
+        print(f"one live episode's keys and values at {plan['rl']['context']} tokens (--context): "
+              f"{plan['rl']['episode_mib']:.1f} MiB")

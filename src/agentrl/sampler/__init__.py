@@ -25,6 +25,11 @@ class HFSamplerConfig(Section):
     `generate` up to float summation order (a few 1e-6). false: `generate` on each prompt. vLLM
     caches prefixes itself (prefix caching, on). Read from `share_prefill`, its name before it
     shared decoding too."""
+    keep_cache_mib: float | None = Field(None, ge=0)
+    """With `share_prefixes`: each prompt's and reply's keys and values kept across generation
+    calls in up to this many MiB (least recently used out; all out when the weights change), so
+    an episode's next turn prefills only its new tokens and a resampled move none. None: 1024
+    with `prompt.full_history` (each prompt extends the last), else 0 (off)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -55,10 +60,17 @@ class VLLMSamplerConfig(Section):
     """No CUDA graphs / compilation (faster start, slower generation)."""
 
 
+def keep_cache_mib(run) -> float:
+    """The HF sampler's kept-cache budget in `run` (`rl.sampler.keep_cache_mib`, or its default),
+    for the RL sampler and the evaluation's and DAgger's alike."""
+    chosen = getattr(run.rl.sampler if run.rl else None, "keep_cache_mib", None)
+    return chosen if chosen is not None else (1024 if run.prompt.full_history else 0)
+
+
 @SAMPLERS.register("hf", HFSamplerConfig)
 def hf(config, model_path, policy, tokenizer, run):
     from agentrl.sampler.hf import HFSampler
-    return HFSampler(policy(), tokenizer, config.share_prefixes)
+    return HFSampler(policy(), tokenizer, config.share_prefixes, keep_cache_mib(run))
 
 
 @SAMPLERS.register("vllm", VLLMSamplerConfig)

@@ -15,19 +15,26 @@ from agentrl.sampler.base import Generation
 
 
 class HFSampler:
-    def __init__(self, model, tokenizer, share_prefixes: bool = True):
+    def __init__(self, model, tokenizer, share_prefixes: bool = True, keep_mib: float = 0):
         """`share_prefixes`: the prompts of a batch are prefilled as prefix trees, each leading part
         they share (a group's task, a recurring state) computed once, and each decoding step reads
         each distinct prompt's cache once for all its samples (`shared_decode`), for the model
-        families it supports; otherwise, and with `share_prefixes` false, `generate` runs them."""
+        families it supports; otherwise, and with `share_prefixes` false, `generate` runs them.
+        `keep_mib` > 0 (with the shared decoder): each prompt's and reply's keys and values are
+        kept across calls in up to that many MiB (`shared_decode.KeptCache`), so an episode's
+        next turn prefills only its new tokens."""
         self.model = model
         self.pad_id = tokenizer.pad_token_id
         self.eos_id = tokenizer.eos_token_id
         self.share_prefixes = share_prefixes and shared_decode.supports(model)
         self.packing = Packing.for_model(model.config)
+        self.kept = shared_decode.KeptCache(model, keep_mib) if keep_mib > 0 and self.share_prefixes else None
 
     def sleep(self) -> None:
-        """Nothing to release: the model is the actor's own, or a plain copy."""
+        """The kept keys and values go (the weights are about to change); the model is the
+        actor's own, or a plain copy."""
+        if self.kept is not None:
+            self.kept.clear()
 
     def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         params = self.model.state_dict()  # every name, tied ones too (they share storage)
@@ -45,7 +52,7 @@ class HFSampler:
         self.model.eval()
         if self.share_prefixes and min(map(len, prompts)) >= 2:
             tokens, logprobs = shared_decode.generate(self.model, prompts, params, self.eos_id, self.pad_id,
-                                                      self.packing)
+                                                      self.packing, self.kept)
         else:
             tokens, logprobs = self._generate(prompts, params)
         self.model.train(was_training)

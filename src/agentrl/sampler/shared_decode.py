@@ -16,6 +16,8 @@ Decoder models of the Qwen2 and Llama families (pre-norm layers of rotary attent
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 from transformers import DynamicCache
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
@@ -40,33 +42,169 @@ def supports(model) -> bool:
             and config._attn_implementation in ("sdpa", "eager"))
 
 
+def tree_prefill(model, prefixes: list[list[int]], pack: Packing, pad_id: int) -> list[list[tuple]]:
+    """Each prefix's keys and values, (kv heads, its length, head dim) per layer, the prefixes
+    prefilled together as prefix trees (each leading part they share computed once)."""
+    device = model_device(model)
+    samples = [TrainSample(p, [False] * len(p)) for p in prefixes]
+    width = max(map(len, prefixes))
+    chunks = packed_chunks(samples, max(ROW_TOKENS, 2 * width), 10**12, pack)
+    rows = chunks[0] if chunks is not None else [[s] for s in samples]
+    tree = collate_rows(rows, pad_id).to(device)
+    computed = DynamicCache(config=model.config)
+    model.get_decoder()(input_ids=tree.input_ids, attention_mask=tree_attention(model, tree.subtree_end),
+                        position_ids=tree.position_ids, past_key_values=computed, use_cache=True)
+    found = {id(s): (r, torch.tensor(columns, dtype=torch.long, device=device))
+             for r, row in enumerate(rows) for s, columns in zip(row, tree_columns(row))}
+    states = []
+    for j, sample in enumerate(samples):
+        r, columns = found[id(sample)]
+        states.append([(layer.keys[r, :, columns], layer.values[r, :, columns]) for layer in computed.layers])
+    return states
+
+
+def extend(model, pasts: list[list[tuple]], news: list[list[int]]) -> list[list[tuple]]:
+    """The keys and values of each past followed by its new tokens, per layer: the new tokens
+    computed in one batch, each reading its own past (a kept episode's next turn)."""
+    device = model_device(model)
+    lengths = [past[0][0].shape[1] for past in pasts]
+    width, fresh = max(lengths), max(map(len, news))
+    mask = torch.zeros((len(news), width + fresh), dtype=torch.long, device=device)  # (B, past + new)
+    input_ids = torch.zeros((len(news), fresh), dtype=torch.long, device=device)
+    positions = torch.zeros_like(input_ids)
+    for b, (length, new) in enumerate(zip(lengths, news)):
+        mask[b, :length] = 1
+        mask[b, width:width + len(new)] = 1
+        input_ids[b, :len(new)] = torch.tensor(new)
+        positions[b] = length + torch.arange(fresh)
+    layers = []
+    for index in range(len(pasts[0])):  # each past left-aligned, its padding masked
+        keys = pasts[0][index][0].new_zeros((len(pasts), *pasts[0][index][0].shape[:1], width,
+                                             pasts[0][index][0].shape[-1]))
+        values = torch.zeros_like(keys)
+        for b, past in enumerate(pasts):
+            keys[b, :, :lengths[b]], values[b, :, :lengths[b]] = past[index]
+        layers.append((keys, values))
+    computed = DynamicCache(layers, config=model.config)
+    model.get_decoder()(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                        past_key_values=computed, use_cache=True)
+    return [[(torch.cat([layer.keys[b, :, :length], layer.keys[b, :, width:width + len(new)]], 1),
+              torch.cat([layer.values[b, :, :length], layer.values[b, :, width:width + len(new)]], 1))
+             for layer in computed.layers] for b, (length, new) in enumerate(zip(lengths, news))]
+
+
+class KeptCache:
+    """The keys and values of sequences sampled earlier (a prompt and its reply), kept across
+    generation calls so that the next turn of an episode (`prompt.full_history`: the last prompt,
+    the reply, a new user turn) prefills only what is new. Least recently used sequences leave
+    past `budget_mib`, so ended episodes go first; all leave when the model's weights change
+    (read from the parameters' in-place version counters, so an update that shares the module
+    cannot be missed). Sequences are found by their first `LEAD` tokens."""
+
+    LEAD = 32
+
+    def __init__(self, model, budget_mib: float):
+        self.model, self.budget = model, budget_mib * 2**20
+        self.entries: OrderedDict[tuple[int, ...], tuple[torch.Tensor, list[tuple], int]] = OrderedDict()
+        """tokens -> (the tokens as a tensor, keys and values per layer, their bytes)"""
+        self.leads: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
+        self.bytes, self.version = 0, None
+        self.superseded: list[tuple[int, ...]] = []
+        """Kept sequences the last call's prompts extend whole (dropped once their replies are kept)."""
+        self.reused = self.computed = 0
+        """Prefix tokens read from kept sequences, and computed, since the start (a measure)."""
+
+    def check_weights(self) -> None:
+        """Forget everything if the weights changed since the last call."""
+        version = [p._version for p in self.model.parameters()]
+        if version != self.version:
+            self.clear()
+            self.version = version
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.leads.clear()
+        self.bytes = 0
+
+    def longest(self, tokens: list[int]) -> tuple[int, tuple | None]:
+        """The kept sequence sharing the longest leading part with `tokens`, and that length."""
+        best, found = 0, None
+        query = torch.tensor(tokens)
+        for key in self.leads.get(tuple(tokens[:self.LEAD]), ()):
+            kept = self.entries[key][0]
+            n = min(len(kept), len(query))
+            differ = (kept[:n] != query[:n]).nonzero()
+            common = int(differ[0]) if len(differ) else n
+            if common > best:
+                best, found = common, key
+        return best, found
+
+    def take(self, key: tuple, length: int) -> list[tuple]:
+        """The first `length` tokens' keys and values of kept sequence `key` (now the most recent)."""
+        self.entries.move_to_end(key)
+        return [(k[:, :length], v[:, :length]) for k, v in self.entries[key][1]]
+
+    def put(self, tokens: list[int], states: list[tuple]) -> None:
+        key = tuple(tokens)
+        size = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in states)
+        if len(key) < self.LEAD or size > self.budget:
+            return
+        self.drop(key)
+        self.entries[key] = (torch.tensor(tokens), states, size)
+        self.leads.setdefault(key[:self.LEAD], set()).add(key)
+        self.bytes += size
+        while self.bytes > self.budget:
+            self.drop(next(iter(self.entries)))
+
+    def drop(self, key: tuple) -> None:
+        if key in self.entries:
+            self.bytes -= self.entries.pop(key)[2]
+            self.leads[key[:self.LEAD]].discard(key)
+
+
+def prefix_states(model, prefixes: list[list[int]], pack: Packing, pad_id: int, kept: KeptCache | None
+                  ) -> list[list[tuple]]:
+    """Each prefix's keys and values per layer: from a kept sequence where one holds at least half
+    of it (the rest computed reading it), else prefilled as prefix trees."""
+    states: list = [None] * len(prefixes)
+    reuse = {}
+    if kept is not None:
+        kept.check_weights()
+        kept.superseded = []
+        for j, prefix in enumerate(prefixes):
+            length, key = kept.longest(prefix)
+            length = min(length, len(prefix) - 1)  # at least one token computed
+            if key is not None and 2 * length >= len(prefix):
+                reuse[j] = (key, length)
+    if reuse:
+        kept.superseded = [key for key, length in reuse.values() if length == len(key)]
+        found = extend(model, [kept.take(key, length) for key, length in reuse.values()],
+                       [prefixes[j][length:] for j, (_, length) in reuse.items()])
+        for j, state in zip(reuse, found):
+            states[j] = state
+        kept.reused += sum(length for _, length in reuse.values())
+    rest = [j for j in range(len(prefixes)) if states[j] is None]
+    if rest:
+        for j, state in zip(rest, tree_prefill(model, [prefixes[j] for j in rest], pack, pad_id)):
+            states[j] = state
+    if kept is not None:
+        kept.computed += sum(len(p) for p in prefixes) - sum(length for _, length in reuse.values())
+    return states
+
+
 class PrefixCache:
     """Each distinct prompt prefix's keys and values, once, and which samples read them."""
 
-    def __init__(self, model, prefixes: list[list[int]], owner: list[int], pack: Packing, pad_id: int):
-        """`prefixes`: the distinct prompts but their last tokens; `owner[i]`: sample i's prefix."""
+    def __init__(self, model, states: list[list[tuple]], owner: list[int]):
+        """`states`: each distinct prefix's keys and values per layer (`prefix_states`);
+        `owner[i]`: sample i's prefix."""
         device = model_device(model)
-        samples = [TrainSample(p, [False] * len(p)) for p in prefixes]
-        width = max(map(len, prefixes))
-        chunks = packed_chunks(samples, max(ROW_TOKENS, 2 * width), 10**12, pack)
-        rows = chunks[0] if chunks is not None else [[s] for s in samples]
-        tree = collate_rows(rows, pad_id).to(device)
-        computed = DynamicCache(config=model.config)
-        model.get_decoder()(input_ids=tree.input_ids, attention_mask=tree_attention(model, tree.subtree_end),
-                            position_ids=tree.position_ids, past_key_values=computed, use_cache=True)
-        # Each prefix's tree columns, left-aligned in a (prefixes, width) layout; padding reads
-        # column 0 of row 0 and is masked.
-        found = {id(s): (r, columns) for r, row in enumerate(rows) for s, columns in zip(row, tree_columns(row))}
-        row_of = torch.zeros((len(samples), width), dtype=torch.long)
-        column_of = torch.zeros_like(row_of)
-        for j, sample in enumerate(samples):
-            r, columns = found[id(sample)]
-            row_of[j, :len(columns)] = r
-            column_of[j, :len(columns)] = torch.tensor(columns, dtype=torch.long)
+        lengths = [state[0][0].shape[1] for state in states]
+        width = max(lengths)
         # Groups: at most `per` samples of one prefix, padded with a sample index past the last.
         groups_per_head = model.config.num_attention_heads // model.config.num_key_value_heads
         per = max(1, QUERIES // groups_per_head)
-        members: list[list[int]] = [[] for _ in prefixes]
+        members: list[list[int]] = [[] for _ in states]
         for i, j in enumerate(owner):
             members[j].append(i)
         group_prefix, slots = [], []
@@ -80,12 +218,17 @@ class PrefixCache:
         self.slot = slot.to(device)
         self.back = torch.tensor([flat[i] for i in range(len(owner))], dtype=torch.long, device=device)
         group_prefix = torch.tensor(group_prefix, dtype=torch.long)
-        lengths = torch.tensor([len(p) for p in prefixes])[group_prefix]
+        lengths = torch.tensor(lengths)[group_prefix]
         self.bias = torch.zeros((len(slots), 1, 1, width), device=device)  # (groups, 1, 1, width)
         self.bias.masked_fill_((torch.arange(width) >= lengths[:, None])[:, None, None].to(device), float("-inf"))
-        row_of, column_of = row_of[group_prefix].to(device), column_of[group_prefix].to(device)
-        self.keys = [layer.keys[row_of, :, column_of].transpose(1, 2) for layer in computed.layers]  # (groups, kv, width, d)
-        self.values = [layer.values[row_of, :, column_of].transpose(1, 2) for layer in computed.layers]
+        self.keys, self.values = [], []  # per layer (groups, kv, width, d), each prefix left-aligned
+        for layer in range(len(states[0])):
+            for kind, out in ((0, self.keys), (1, self.values)):
+                first = states[0][layer][kind]
+                stacked = first.new_zeros((len(states), first.shape[0], width, first.shape[-1]))
+                for j, state in enumerate(states):
+                    stacked[j, :, :state[layer][kind].shape[1]] = state[layer][kind]
+                out.append(stacked[group_prefix.to(device)])
 
     def attend(self, layer: int, query: torch.Tensor, alive: torch.Tensor, mine: torch.Tensor, scaling: float):
         """The queries (alive samples, kv heads, heads per kv head, d) of the samples `alive`
@@ -107,13 +250,15 @@ class PrefixCache:
 
 
 @torch.no_grad()
-def generate(model, prompts: list[list[int]], params, eos_id: int, pad_id: int, pack: Packing
-             ) -> tuple[torch.Tensor, torch.Tensor]:
+def generate(model, prompts: list[list[int]], params, eos_id: int, pad_id: int, pack: Packing,
+             kept: KeptCache | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Sampled tokens (prompts, steps) and their log-probs under `params.temperature`, every row
-    run to the step the last one finished (later tokens `pad_id`). Prompts need two tokens or more."""
+    run to the step the last one finished (later tokens `pad_id`). Prompts need two tokens or more.
+    With `kept`: prefixes read what it holds of them, and each prompt with its reply is kept."""
     distinct = {}
     owner = [distinct.setdefault(tuple(p[:-1]), len(distinct)) for p in prompts]
-    cache = PrefixCache(model, [list(p) for p in distinct], owner, pack, pad_id)
+    states = prefix_states(model, [list(p) for p in distinct], pack, pad_id, kept)
+    cache = PrefixCache(model, states, owner)
     decoder, head = model.get_decoder(), model.get_output_embeddings()
     device = model_device(model)
     config = model.config
@@ -176,4 +321,14 @@ def generate(model, prompts: list[list[int]], params, eos_id: int, pad_id: int, 
         if not unfinished.any():
             break
         tokens, alive = chosen, unfinished.nonzero().squeeze(1)
-    return torch.stack(sampled, 1), torch.stack(logprobs, 1)
+    sampled = torch.stack(sampled, 1)
+    if kept is not None:  # computed: the prompt's last token and the reply but its last token
+        for key in kept.superseded:  # wholly the start of a prompt just answered
+            kept.drop(key)
+        for row, prompt in enumerate(prompts):
+            reply = sampled[row].tolist()
+            n = reply.index(eos_id) + 1 if eos_id in reply else len(reply)
+            kept.put(prompt + reply[:n - 1], [
+                (torch.cat([k, own_keys[i][row, :, :n]], 1), torch.cat([v, own_values[i][row, :, :n]], 1))
+                for i, (k, v) in enumerate(states[owner[row]])])
+    return sampled, torch.stack(logprobs, 1)
