@@ -482,7 +482,7 @@ MUTANTS = [
            "return cls(heads * head_dim / (2 * weights))", PACKING),
     Mutant("shared decode: a prompt's cache gathered from another prompt's columns",
            "src/agentrl/sampler/shared_decode.py", "r, columns = found[id(sample)]",
-           "r, columns = found[id(samples[(j + 1) % len(samples)])]", ["test_actor.py"]),
+           "r, columns = found[id(samples[(samples.index(sample) + 1) % len(samples)])]", ["test_actor.py"]),
     Mutant("shared decode: a shorter prompt's padding columns attended", "src/agentrl/sampler/shared_decode.py",
            '[:, None, None].to(device), float("-inf"))', "[:, None, None].to(device), 0.0)", ["test_actor.py"]),
     Mutant("shared decode: the prefill tree numbers positions along its row, not per prompt",

@@ -57,7 +57,7 @@ def tree_prefill(model, prefixes: list[list[int]], pack: Packing, pad_id: int) -
     found = {id(s): (r, torch.tensor(columns, dtype=torch.long, device=device))
              for r, row in enumerate(rows) for s, columns in zip(row, tree_columns(row))}
     states = []
-    for j, sample in enumerate(samples):
+    for sample in samples:
         r, columns = found[id(sample)]
         states.append([(layer.keys[r, :, columns], layer.values[r, :, columns]) for layer in computed.layers])
     return states
@@ -79,8 +79,8 @@ def extend(model, pasts: list[list[tuple]], news: list[list[int]]) -> list[list[
         positions[b] = length + torch.arange(fresh)
     layers = []
     for index in range(len(pasts[0])):  # each past left-aligned, its padding masked
-        keys = pasts[0][index][0].new_zeros((len(pasts), *pasts[0][index][0].shape[:1], width,
-                                             pasts[0][index][0].shape[-1]))
+        first = pasts[0][index][0]  # (kv heads, length, head dim)
+        keys = first.new_zeros((len(pasts), first.shape[0], width, first.shape[-1]))
         values = torch.zeros_like(keys)
         for b, past in enumerate(pasts):
             keys[b, :, :lengths[b]], values[b, :, :lengths[b]] = past[index]
