@@ -1,7 +1,9 @@
 """SmolLM2 on real ALFWorld per seed and phase (`make alfworld-smollm2 SEED=k`), from each run's
 evaluation files into benchmarks/results/alfworld-smollm2.csv (the environments guide's table).
 
-    python benchmarks/smollm2_table.py [runs/alfworld-smollm2]
+    python benchmarks/smollm2_table.py [runs/alfworld-smollm2 [OUT.csv]]
+
+(the GPU run of benchmarks/gpu_smollm2.sh: runs/alfworld-smollm2-gpu into alfworld-smollm2-gpu.csv)
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def main() -> None:
     found = rows(Path(sys.argv[1] if len(sys.argv) > 1 else "runs/alfworld-smollm2"))
     if not found:
         raise SystemExit("no evaluated phase found")
-    with RESULTS.open("w", newline="") as f:
+    with Path(sys.argv[2] if len(sys.argv) > 2 else RESULTS).open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(found[0]))
         writer.writeheader()
         writer.writerows(found)
