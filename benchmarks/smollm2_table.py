@@ -13,18 +13,30 @@ import json
 import sys
 from pathlib import Path
 
+from agentrl.evaluate import summarize
+from agentrl.rollout.records import read_trajectories
+
 RESULTS = Path(__file__).resolve().parent / "results" / "alfworld-smollm2.csv"
+
+
+def phase_results(folder: Path) -> dict:
+    """A phase's evaluation: its results.json, or, where the evaluation stopped before writing it
+    (a device call's time ran out), the splits whose trajectories were written."""
+    if (folder / "results.json").is_file():
+        return json.loads((folder / "results.json").read_text())
+    return {path.stem.removeprefix("trajectories_"): summarize(read_trajectories(path))
+            for path in sorted(folder.glob("trajectories_*.jsonl"))}
 
 
 def rows(runs: Path) -> list[dict]:
     found = []
     for seed in sorted(runs.glob("seed*")):
         for phase in ("initial", "sft", "rl"):
-            path = seed / "eval" / phase / "results.json"
-            if not path.is_file():
+            results = phase_results(seed / "eval" / phase)
+            if not results:
                 continue
-            results = json.loads(path.read_text())
-            row = {"seed": seed.name.removeprefix("seed"), "phase": "zero-shot" if phase == "initial" else phase}
+            row = {"seed": seed.name.removeprefix("seed"), "phase": "zero-shot" if phase == "initial" else phase,
+                   "l0": "not evaluated", "l1": "not evaluated"}
             for split, r in results.items():
                 wins = round(r["success"] * r["episodes"])
                 low, high = r["ci95"]
