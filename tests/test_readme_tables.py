@@ -89,3 +89,20 @@ def test_result_rows_are_appended_and_a_failed_write_leaves_the_file_whole(tmp_p
     with pytest.raises(RuntimeError):
         append_rows(path, [{"a": 3}, {"a": Unprintable()}])
     assert path.read_text().splitlines() == ["a,b", "1,", "2,x"]
+
+
+def test_the_smollm2_gpu_table_is_its_committed_trajectories(tmp_path):
+    """The GPU run stopped during L1's evaluation: its L0 row comes from the trajectories written."""
+    import csv
+    import lzma
+
+    from smollm2_table import rows
+
+    folder = tmp_path / "seed0" / "eval" / "sft"
+    folder.mkdir(parents=True)
+    packed = ROOT / "benchmarks" / "results" / "alfworld-smollm2-gpu-sft-l0.jsonl.xz"
+    (folder / "trajectories_l0.jsonl").write_bytes(lzma.decompress(packed.read_bytes()))
+    found = rows(tmp_path)
+    assert found == [{"seed": "0", "phase": "sft", "l0": "41 / 50 = 82.0% [69.2, 90.2]", "l1": "not evaluated"}]
+    with (ROOT / "benchmarks" / "results" / "alfworld-smollm2-gpu.csv").open() as f:
+        assert list(csv.DictReader(f)) == found
