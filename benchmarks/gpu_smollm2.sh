@@ -12,7 +12,8 @@
 #   run:   `bash benchmarks/gpu_smollm2.sh run SECONDS` with .gpu/llm.part-ab carried.
 # A path carried in one call and not named in the next is removed there (seen 2026-11-28), so
 # setup keeps the archive and part aa in $KEEP, outside the working tree; what the machine built
-# (.gpu/site, runs/) stays while it is warm. The run's model does not come back (270 MB).
+# (.gpu/site, runs/) stays while it is warm. The run's model does not come back (270 MB). This
+# two-call form is the fix of what was seen; the measured run took four calls (it re-carried them).
 # Prepared by benchmarks/gpu_smollm2_prepare.sh. Everything the run wrote comes back in
 # $OUT/results.tar.gz (phases, evaluation results and trajectories, RL metrics) and $OUT/run.log.
 set -u
