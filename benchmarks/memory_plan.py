@@ -26,6 +26,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agentrl import distributed
+from agentrl.cli import leave
 from agentrl.config import Config
 from agentrl.packing import TrainSample, micro_batches
 from agentrl.plan import GIB, KNOWN_MODELS, phase_plan
@@ -116,4 +117,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())  # a launched rank skips the interpreter's teardown of gloo's threads

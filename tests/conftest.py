@@ -121,7 +121,7 @@ def choice_model_dir(tiny_model_dir, tmp_path_factory):
 
 def leaves_like_a_launched_rank(rank_fn):
     """A spawned rank that returned leaves with os._exit(0), as a launched rank does
-    (`agentrl.cli.entry`): the interpreter's teardown of gloo's C++ objects can abort it
+    (`agentrl.cli.leave`): the interpreter's teardown of gloo's C++ objects can abort it
     ("terminate called without an active exception", issue 27; seen in the suite under load)."""
     @functools.wraps(rank_fn)
     def run(*args):

@@ -422,14 +422,13 @@ def _serve(args) -> int:
     return 0
 
 
-def entry() -> None:
-    """The `agentrl` command. A rank of a multi-process launch leaves with `os._exit` once its
-    work is done and flushed (the process group is already destroyed, trackers closed): the
+def leave(code: int) -> None:
+    """End the process with `code`. A rank of a multi-process launch leaves with `os._exit` once
+    its work is done and flushed (the process group already destroyed, trackers closed): the
     interpreter's own teardown would destroy the C++ objects that gloo and DeepSpeed leave behind
     (threads among them) in no set order, which aborted a finished rank about once in ten runs
     (SIGABRT, `terminate called without an active exception`), so torchrun reported a completed
-    run as failed."""
-    code = main()
+    run as failed. Also for scripts launched by torchrun (`benchmarks/memory_plan.py`)."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         import logging
         logging.shutdown()
@@ -437,6 +436,11 @@ def entry() -> None:
         sys.stderr.flush()
         os._exit(code)
     sys.exit(code)
+
+
+def entry() -> None:
+    """The `agentrl` command."""
+    leave(main())
 
 
 COMMANDS = {"serve": _serve, "plot": _plot, "export": _export, "analyze": _analyze, "compare": _compare}
