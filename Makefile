@@ -101,6 +101,8 @@ SEED ?= 0
 EXPERT_EPISODES_alfworld := 1000
 EXPERT_EPISODES_scienceworld := 400
 EXPERT_SET_scienceworld := --set env.gold_path=true
+COMPARE_METRICS_alfworld := return
+COMPARE_METRICS_scienceworld := return score  # score: the return clipped at 0, as ScienceWorld's paper scores
 runs/%-cpu/expert.jsonl: FORCE | $(STAMP)
 	$(VENV)/bin/agentrl data recipes/$*-cpu.yaml --out $@ --episodes $(EXPERT_EPISODES_$*) $(EXPERT_SET_$*)
 
@@ -110,10 +112,12 @@ define engine_cpu
 	$(VENV)/bin/agentrl compare --runs sft=runs/$(1)-cpu@sft --runs rl=runs/$(1)-cpu@rl --out runs/$(1)-cpu/compare
 	cp runs/$(1)-cpu/compare/summary.md benchmarks/results/$(1)-cpu.md
 	cp runs/$(1)-cpu/compare/summary.json benchmarks/results/$(1)-cpu.json
-	$(VENV)/bin/agentrl compare --metric return --runs sft=runs/$(1)-cpu@sft --runs rl=runs/$(1)-cpu@rl \
-		--out runs/$(1)-cpu/compare-return
-	cp runs/$(1)-cpu/compare-return/summary.md benchmarks/results/$(1)-cpu-return.md
-	cp runs/$(1)-cpu/compare-return/summary.json benchmarks/results/$(1)-cpu-return.json
+	for metric in $(COMPARE_METRICS_$(1)); do \
+		$(VENV)/bin/agentrl compare --metric $$metric --runs sft=runs/$(1)-cpu@sft --runs rl=runs/$(1)-cpu@rl \
+			--out runs/$(1)-cpu/compare-$$metric && \
+		cp runs/$(1)-cpu/compare-$$metric/summary.md benchmarks/results/$(1)-cpu-$$metric.md && \
+		cp runs/$(1)-cpu/compare-$$metric/summary.json benchmarks/results/$(1)-cpu-$$metric.json || exit 1; \
+	done
 	$(PY) benchmarks/engine_table.py runs/$(1)-cpu
 endef
 

@@ -45,21 +45,25 @@ def table(runs: Path) -> str:
             sft, rl = counts.get((split, kind, "sft")), counts.get((split, kind, "rl"))
             cells.append("-" if sft is None else f"{sft[0]}/{sft[1]} -> {rl[0]}/{rl[1]}")
         lines.append(f"| {kind if kind != 'all' else '**all**'} | " + " | ".join(cells) + " |")
-    returns = [f"{_mean_return(seeds, 'sft', split):.1f} -> {_mean_return(seeds, 'rl', split):.1f}" for split in splits]
-    lines.append("| mean return per episode | " + " | ".join(returns) + " |")
+    for name, clip in (("return", False), ("score (return clipped at 0)", True)):
+        cells = [f"{_mean_return(seeds, 'sft', split, clip):.1f} -> {_mean_return(seeds, 'rl', split, clip):.1f}"
+                 for split in splits]
+        lines.append(f"| mean {name} per episode | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _mean_return(seeds: list[Path], phase: str, split: str) -> float:
+def _mean_return(seeds: list[Path], phase: str, split: str, clip: bool = False) -> float:
     """Mean over the seeds' finished episodes of their summed environment rewards (ALFWorld: 10 x
-    success; ScienceWorld: the final score), from the evaluation's trajectories."""
+    success; ScienceWorld: the final score), each clipped at 0 with `clip` (ScienceWorld's paper
+    counts a failed task's -100 as 0), from the evaluation's trajectories."""
     returns = []
     for seed in seeds:
         # The RL phase's final evaluation writes its trajectories beside its checkpoints.
         folder = seed / "eval" / "sft" if phase == "sft" else sorted((seed / "rl" / "eval").glob("step_*"))[-1]
         with (folder / f"trajectories_{split}.jsonl").open() as f:
             episodes = [json.loads(line) for line in f if line.strip()]
-        returns += [sum(step["reward"] for step in e["steps"]) for e in episodes if not e["aborted"]]
+        totals = [sum(step["reward"] for step in e["steps"]) for e in episodes if not e["aborted"]]
+        returns += [max(0.0, r) for r in totals] if clip else totals
     return statistics.fmean(returns) if returns else float("nan")
 
 

@@ -322,16 +322,17 @@ def test_an_aborted_evaluation_episode_is_neither_a_failure_nor_paired(tmp_path)
     assert summary["pairs"]["a - b"]["l0"]["difference"] == pytest.approx(2 / 3)  # tasks 0, 2, 3
 
 
-def test_runs_compared_on_the_episode_return(tmp_path, capsys):
-    """`--metric return`: each episode's summed reward (ScienceWorld's score), in its own units, where
-    success would see no difference at all."""
+def test_runs_compared_on_the_episode_return_and_score(tmp_path, capsys):
+    """`--metric return`: each episode's summed reward (ScienceWorld's final score), in its own units,
+    where success would see no difference at all; `--metric score`: the same clipped at 0 per episode
+    (a failed task's -100 counts 0), which here turns the difference's sign."""
     from agentrl.rollout.records import write_trajectories
     from agentrl.rollout.types import StepSample, Trajectory
 
     def step(reward):
         return StepSample([1], [2], [0.0], "r", "a", "o", "s", reward=reward)
 
-    for method, rewards in (("a", (-100.0, 30.0)), ("b", (-100.0, 0.0))):
+    for method, rewards in (("a", (-100.0, 30.0)), ("b", (-60.0, 0.0))):
         for seed in (1, 2):
             run = tmp_path / method / f"seed{seed}"
             folder = run / "eval" / "step_000002"
@@ -344,8 +345,16 @@ def test_runs_compared_on_the_episode_return(tmp_path, capsys):
     assert read_run(tmp_path / "a" / "seed1", metric="return").outcomes["l0"] == {"l0-0": -89.0, "l0-1": 41.0}
     assert main(["compare", "--runs", str(tmp_path), "--metric", "return"]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["metric"] == "return" and summary["pairs"]["a - b"]["l0"]["difference"] == pytest.approx(15.0)
-    assert "Return" in capsys.readouterr().out and "| a - b | L0 | 2 | 15.0 [15.0, 15.0]" in \
+    # per seed: (-89 - (-49) + 41 - 11) / 2 = -5; clipped: (0 - 0 + 41 - 11) / 2 = 15
+    assert summary["metric"] == "return" and summary["pairs"]["a - b"]["l0"]["difference"] == pytest.approx(-5.0)
+    assert "Return" in capsys.readouterr().out and "| a - b | L0 | 2 | -5.0 [-5.0, -5.0]" in \
+        (tmp_path / "summary.md").read_text()
+    assert read_run(tmp_path / "b" / "seed2", metric="score").outcomes["l0"] == {"l0-0": 0.0, "l0-1": 12.0}
+    assert main(["compare", "--runs", str(tmp_path), "--metric", "score"]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["metric"] == "score" and summary["pairs"]["a - b"]["l0"]["difference"] == pytest.approx(15.0)
+    assert summary["methods"]["a"]["l0"]["mean"] == pytest.approx((41 + 42) / 4)
+    assert "Score" in capsys.readouterr().out and "| a - b | L0 | 2 | 15.0 [15.0, 15.0]" in \
         (tmp_path / "summary.md").read_text()
     assert main(["compare", "--runs", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "summary.json").read_text())["pairs"]["a - b"]["l0"]["difference"] == 0

@@ -33,3 +33,15 @@ def test_summary_counts_aborted_episodes_apart():
     assert out["repeated_rate"] == pytest.approx(1 / 7)  # "go", "go"
     assert out["mean_length"] == pytest.approx(7 / 4)
     assert out["mean_return"] == pytest.approx((2 * 10 + 10) / 4)  # the successes' steps, aborted left out
+
+
+def test_mean_score_clips_each_episode_at_0_and_mean_return_does_not():
+    """ScienceWorld: a failed task ends at -100 (its rewards sum to the final score); the paper's
+    score counts it 0, the return keeps it."""
+    def scored(rewards):
+        steps = [StepSample([1], [2], [0.0], "", "go", "o", "o", reward=r) for r in rewards]
+        return Trajectory("t", 0, "boil", steps)
+
+    out = summarize([scored([20.0, -120.0]), scored([10.0, 20.0]), scored([5.0, -5.0])])
+    assert out["mean_return"] == pytest.approx((-100 + 30 + 0) / 3)
+    assert out["mean_score"] == pytest.approx((0 + 30 + 0) / 3)

@@ -106,9 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train: a plugin to import first (repeatable)")
     p.add_argument("--runs", action="append", default=[], metavar="DIR | NAME=DIR[@PHASE]",
                    help="read: finished runs (DIR/<method>/<run>/, or one method's run folders; repeatable)")
-    p.add_argument("--metric", choices=["success", "return"], default="success",
-                   help="what each evaluation episode is compared on: success, or its return (summed reward; "
-                        "ScienceWorld: the final score)")
+    p.add_argument("--metric", choices=["success", "return", "score"], default="success",
+                   help="what each evaluation episode is compared on: success, its return (summed reward; "
+                        "ScienceWorld: the final score) or its score (the return clipped at 0: ScienceWorld's "
+                        "convention, a failed task counted 0)")
     p.add_argument("--out", help="folder for summary.md, summary.json, curves.png (default: the one --runs DIR)")
     p.add_argument("--coupling", metavar="TRAJECTORIES.jsonl",
                    help="train: also the coupling lab on these fixed steps, starting and final models")

@@ -33,9 +33,13 @@ from agentrl.rollout.records import read_trajectories
 from agentrl.tracking import read_metrics
 
 PHASES = ("initial", "sft", "rl")
-METRICS = {"success": ("Success (%)", 100.0), "return": ("Return (the episode's summed reward; ScienceWorld: its final score)", 1.0)}
-"""What a run's evaluation is compared on, per episode: its label and the factor that puts it in
-points (success in percentage points, a return in its own units)."""
+METRICS = {"success": ("Success (%)", 100.0, lambda t: float(t.success)),
+           "return": ("Return (the episode's summed reward; ScienceWorld: its final score)", 1.0,
+                      lambda t: t.episode_reward),
+           "score": ("Score (the return clipped at 0 per episode: ScienceWorld's score as its paper averages it, "
+                     "a failed task's -100 counted 0)", 1.0, lambda t: t.score)}
+"""What a run's evaluation is compared on: its label, the factor that puts it in points (success
+in percentage points, a return or score in its own units) and each episode's value."""
 
 
 @dataclass
@@ -44,7 +48,7 @@ class Run:
     path: Path
     seed: int
     outcomes: dict[str, dict[str, float]]
-    """split -> task id -> the metric compared: success 1.0 / 0.0, or the episode's return"""
+    """split -> task id -> the metric compared (`METRICS`): success 1.0 / 0.0, the episode's return or score"""
     extras: dict[str, dict[str, float]] = field(default_factory=dict)
     """split -> other numbers its evaluation recorded (a GCD judge's accuracy)"""
     metrics: list[dict] = field(default_factory=list)
@@ -104,8 +108,7 @@ def _read_eval(path: Path, seed: int, eval_dir: Path, metrics: list[dict], metri
     outcomes, extras = {}, {}
     for split, result in results.items():
         trajectories = read_trajectories(eval_dir / f"trajectories_{split}.jsonl")
-        outcomes[split] = {t.task_id: float(t.success) if metric == "success" else sum(s.reward for s in t.steps)
-                           for t in trajectories if not t.aborted}
+        outcomes[split] = {t.task_id: METRICS[metric][2](t) for t in trajectories if not t.aborted}
         extras[split] = {k: v for k, v in result.items() if k == "judge_accuracy"}
     return Run(path, seed, outcomes, extras, metrics)
 
@@ -218,7 +221,7 @@ def summarize(methods: dict[str, list[Run]], metric: str = "success") -> dict:
 
 # --- report --------------------------------------------------------------------------------------
 def markdown(summary: dict) -> str:
-    label, scale = METRICS[summary.get("metric", "success")]
+    label, scale, _ = METRICS[summary.get("metric", "success")]
 
     def _pts(value: float | None) -> str:
         return "-" if value is None else "inf" if value == float("inf") else f"{value * scale:.1f}"

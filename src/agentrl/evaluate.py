@@ -28,7 +28,8 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
 def summarize(trajectories) -> dict:
     """Success over the episodes that finished; aborted ones (a worker failed) are counted apart.
     `mean_return` is the mean over episodes of their summed environment rewards (ScienceWorld: the
-    final score, where success, a score of 100, is rare)."""
+    final score, where success, a score of 100, is rare; a failed task -100); `mean_score` the
+    same clipped at 0 per episode (`Trajectory.score`: how ScienceWorld's paper averages scores)."""
     aborted = sum(t.aborted for t in trajectories)
     trajectories = [t for t in trajectories if not t.aborted]
     n = len(trajectories)
@@ -46,6 +47,7 @@ def summarize(trajectories) -> dict:
         "repeated_rate": sum(t.repeated_actions for t in trajectories) / max(len(steps), 1),
         "mean_length": len(steps) / max(n, 1),
         "mean_return": sum(s.reward for s in steps) / max(n, 1),
+        "mean_score": sum(t.score for t in trajectories) / max(n, 1),
         "aborted": aborted,
     }
 

@@ -56,6 +56,12 @@ class Trajectory:
         return sum(s.reward for s in self.steps)
 
     @property
+    def score(self) -> float:
+        """The episode's summed reward clipped at 0: ScienceWorld's score as its paper's agents are
+        scored (the ScienceWorld authors' DRRN scorer counts a failed task, -100, as 0)."""
+        return max(0.0, self.episode_reward)
+
+    @property
     def length(self) -> int:
         return len(self.steps)
 
