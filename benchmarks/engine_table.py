@@ -54,16 +54,16 @@ def table(runs: Path) -> str:
 
 def _mean_return(seeds: list[Path], phase: str, split: str, clip: bool = False) -> float:
     """Mean over the seeds' finished episodes of their summed environment rewards (ALFWorld: 10 x
-    success; ScienceWorld: the final score), each clipped at 0 with `clip` (ScienceWorld's paper
-    counts a failed task's -100 as 0), from the evaluation's trajectories."""
+    success; ScienceWorld: the final score), or with `clip` of their scores (`Trajectory.score`:
+    clipped at 0), from the evaluation's trajectories."""
+    from agentrl.rollout.records import read_trajectories
+
     returns = []
     for seed in seeds:
         # The RL phase's final evaluation writes its trajectories beside its checkpoints.
         folder = seed / "eval" / "sft" if phase == "sft" else sorted((seed / "rl" / "eval").glob("step_*"))[-1]
-        with (folder / f"trajectories_{split}.jsonl").open() as f:
-            episodes = [json.loads(line) for line in f if line.strip()]
-        totals = [sum(step["reward"] for step in e["steps"]) for e in episodes if not e["aborted"]]
-        returns += [max(0.0, r) for r in totals] if clip else totals
+        returns += [t.score if clip else t.episode_reward
+                    for t in read_trajectories(folder / f"trajectories_{split}.jsonl") if not t.aborted]
     return statistics.fmean(returns) if returns else float("nan")
 
 
