@@ -99,7 +99,7 @@ vllm-env: $(VLLM_STAMP)
 # far and the per-task-type table. One seed: about an hour on 2 cores (ALFWorld), the expert data 12 minutes more.
 SEED ?= 0
 EXPERT_EPISODES_alfworld := 1000
-EXPERT_EPISODES_scienceworld := 400
+EXPERT_EPISODES_scienceworld := 1600
 EXPERT_SET_scienceworld := --set env.gold_path=true
 COMPARE_METRICS_alfworld := return
 COMPARE_METRICS_scienceworld := return score  # score: the return clipped at 0, as ScienceWorld's paper scores
