@@ -91,7 +91,10 @@ class OverlapConfig(Section):
     sampler_threads: int | None = Field(None, ge=1)
     """torch threads of the sampler process (None: torch's default, every core)."""
     trainer_threads: int | None = Field(None, ge=1)
-    """torch threads of the trainer process while it trains (None: as it is)."""
+    """torch threads of the trainer process (None: as it is)."""
+    sampler_gpu: int | None = Field(None, ge=0)
+    """The GPU the sampler process generates on (None: the trainer's own). The weights travel
+    through host memory."""
 
 
 class RLConfig(Section):

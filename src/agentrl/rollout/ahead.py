@@ -37,7 +37,7 @@ def fingerprint(weights) -> str:
     digest = hashlib.blake2b(digest_size=16)
     for name, tensor in sorted(weights, key=lambda pair: pair[0]):
         flat = tensor.detach().reshape(-1)
-        picked = flat[::max(1, flat.numel() // 4096)].contiguous()
+        picked = flat[::max(1, flat.numel() // 4096)].contiguous().cpu()
         digest.update(name.encode())
         digest.update(picked.view(torch.uint8).numpy().tobytes() if picked.numel() else b"")
     return digest.hexdigest()
@@ -66,7 +66,7 @@ class Ahead:
 
     def push(self, version: int, weights) -> None:
         """Weights after `version` updates, to sample every step asked for from now on."""
-        copy = {name: tensor.detach().clone() for name, tensor in weights}
+        copy = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}  # shared memory on its way
         self.fingerprints[version] = fingerprint(copy.items())
         self.requests.put(("weights", version, copy))
 
@@ -132,8 +132,11 @@ def serve(config_data: dict, model_path: str, requests, results, parent: int) ->
     from agentrl.rollout.collect import play_step
 
     config = validate_config(config_data)
-    if config.rl.overlap.sampler_threads:
-        torch.set_num_threads(config.rl.overlap.sampler_threads)
+    overlap = config.rl.overlap
+    if overlap.sampler_threads:
+        torch.set_num_threads(overlap.sampler_threads)
+    if overlap.sampler_gpu is not None:
+        os.environ["LOCAL_RANK"] = str(overlap.sampler_gpu)  # the device `agentrl.distributed.device` gives
     pool = None
     try:
         tokenizer = load_tokenizer(model_path)
