@@ -111,16 +111,18 @@ from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_trainer import small_config
 from agentrl import trainer as T
+from agentrl.rollout import ahead as A
 
-saved = T.save_checkpoint
-def save(run_dir, step, *args, **kwargs):
-    saved(run_dir, step, *args, **kwargs)
-    if step == 2:  # step 3's rollouts are being played, step 4's asked for
-        Path({pid_file!r}).write_text(str(the.ahead.process.pid))
+took = A.Ahead.take
+def take(self, step, timing):
+    played = took(self, step, timing)
+    if step == 3:  # step 2's checkpoint is saved; step 4 is asked for, after update 2's weights
+        self.results.get(timeout=300)  # step 4 played: the sampler has read every request and waits
+        Path({pid_file!r}).write_text(str(self.process.pid))
         os.kill(os.getpid(), signal.SIGKILL)
-T.save_checkpoint = save
-the = T.RLTrainer(small_config({run_dir!r}, 4, overlap={{"staleness": 1}}, keep_last=4), {model!r}, Path({run_dir!r}))
-the.run()
+    return played
+A.Ahead.take = take
+T.RLTrainer(small_config({run_dir!r}, 4, overlap={{"staleness": 1}}, keep_last=4), {model!r}, Path({run_dir!r})).run()
 """
 
 
@@ -132,14 +134,15 @@ def running(pid: int) -> bool:
 
 
 def test_a_killed_run_resumes_with_the_checkpoints_weights_ahead_and_leaves_no_sampler(tiny_model_dir, tmp_path):
-    """A run SIGKILLed after step 2's checkpoint: its sampler process leaves by itself, and the
-    run resumes: step 3 samples with update 2's weights (an uninterrupted run: update 1's, which
+    """A run SIGKILLed after step 2's checkpoint, its sampler idle with nothing left to read:
+    the sampler process leaves by itself, and the run resumes: step 3 samples with update 2's weights (an uninterrupted run: update 1's, which
     no checkpoint holds) and step 4 with them too, then training goes on to the end."""
     run_dir, pid_file = tmp_path / "run", tmp_path / "sampler.pid"
     script = KILLED_AFTER_STEP_2.format(tests=str(Path(__file__).parent), pid_file=str(pid_file),
                                         run_dir=str(run_dir), model=str(tiny_model_dir))
-    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    with (tmp_path / "output.txt").open("w") as output:  # not a pipe: the sampler would hold it open
+        killed = subprocess.run([sys.executable, "-c", script], stdout=output, stderr=output, timeout=600)
+    assert killed.returncode == -signal.SIGKILL, (tmp_path / "output.txt").read_text()[-2000:]
     sampler = int(pid_file.read_text())
     deadline = time.monotonic() + 30
     while running(sampler):
