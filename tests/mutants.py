@@ -30,6 +30,7 @@ FAILURES = ["test_failures.py"]
 COMPARE = ["test_compare.py"]
 TESTBED = ["test_testbed.py"]
 PACKING = ["test_packing.py"]
+OVERLAP = ["test_overlap.py"]
 VLLM_PY = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"  # test_vllm.py runs there
 
 
@@ -264,7 +265,7 @@ MUTANTS = [
     Mutant("trainer: TIS weights not applied", "src/agentrl/losses/step.py",
            "pg = batch.is_weight * pg", "pg = pg", ["test_trainer.py"]),
     # --- failures ------------------------------------------------------------------------------------
-    Mutant("trainer: a step of aborted episodes goes on", "src/agentrl/trainer.py",
+    Mutant("trainer: a step of aborted episodes goes on", "src/agentrl/rollout/collect.py",
            "if total and aborted / total > rl.max_aborted_share:", "if False:", FAILURES),
     Mutant("actor: a non-finite update applied", "src/agentrl/actor/single.py",
            "        if finite:\n", "        if True:\n", FAILURES),
@@ -585,7 +586,7 @@ MUTANTS = [
     Mutant("filter_groups: every differing group trained, not the step's tasks_per_step", "src/agentrl/trainer.py",
            "kept = set(differing_groups(trajectories)[:self.rl.tasks_per_step // self.world])",
            "kept = set(differing_groups(trajectories))", ["test_trainer.py"]),
-    Mutant("filter_groups: no further draws", "src/agentrl/trainer.py",
+    Mutant("filter_groups: no further draws", "src/agentrl/rollout/collect.py",
            "if differing >= share:", "if True:", ["test_trainer.py"]),
     Mutant("kept cache: read after the weights changed (stale keys and values)", "src/agentrl/sampler/shared_decode.py",
            "        if version != self.version:", "        if self.version is None:", ["test_full_history.py"]),
@@ -645,6 +646,23 @@ MUTANTS = [
            "src/agentrl/envs/pool.py", "self.timeouts[command] * len(slots)", "self.timeouts[command]", ["test_pool.py"]),
     Mutant("score: a failed task's negative return not clipped at 0", "src/agentrl/rollout/types.py",
            "return max(0.0, self.episode_reward)", "return self.episode_reward", ["test_evaluate.py", *COMPARE]),
+    # --- overlapped generation and training (rl.overlap) ---------------------------------------------
+    Mutant("overlap: the sampler process keeps its weights when a push arrives", "src/agentrl/rollout/ahead.py",
+           "sampler.sleep()\n                sampler.update_weights(weights.items())", "sampler.sleep()", OVERLAP),
+    Mutant("overlap: the next step asked for before update's weights are pushed", "src/agentrl/rollout/ahead.py",
+           "        self.push(step, weights)\n        if step + 1 + self.k <= self.rl.steps:\n"
+           "            self.requests.put((\"play\", step + 1 + self.k, hint(step + 1 + self.k)))\n",
+           "        if step + 1 + self.k <= self.rl.steps:\n"
+           "            self.requests.put((\"play\", step + 1 + self.k, hint(step + 1 + self.k)))\n"
+           "        self.push(step, weights)\n", OVERLAP),
+    Mutant("overlap: samples older than k updates taken", "src/agentrl/rollout/ahead.py",
+           "if not 0 <= step - 1 - version <= self.k:", "if not 0 <= step - 1 - version:", OVERLAP),
+    Mutant("overlap: samples recorded one version newer than what sampled them", "src/agentrl/rollout/ahead.py",
+           "t.version = version\n", "t.version = version + 1\n", OVERLAP),
+    Mutant("overlap: weights that are not the version they claim taken", "src/agentrl/rollout/ahead.py",
+           "if self.fingerprints.get(version) != held:", "if False:", OVERLAP),
+    Mutant("overlap: the sampler process outlives a killed trainer", "src/agentrl/rollout/ahead.py",
+           "if os.getppid() != parent:", "if False:", OVERLAP),
     Mutant("scienceworld: a split lists each task type's variations together (a prefix misses types)",
            "src/agentrl/envs/scienceworld/env.py",
            "return [pair for turn in itertools.zip_longest(*by_task.values()) for pair in turn if pair is not None]",

@@ -162,7 +162,7 @@ ADDED_SINCE = {  # (section, its type or None for any, field): fields added afte
     ("env", "scienceworld", "reject_unparsed"): False, ("prompt", None, "full_history"): False,
     ("prompt", None, "turn_template"): "Observation: {observation}\nAdmissible actions: {actions}",
     ("rl", None, "mini_batch_order"): "shuffled", ("rl.rollout", None, "filter_groups"): None,
-    ("rl.sampler", "hf", "keep_cache_mib"): None,
+    ("rl.sampler", "hf", "keep_cache_mib"): None, ("rl", None, "overlap"): None,
     ("env", "alfworld", "grouped_actions"): False, ("env", "alfworld", "memory"): False, ("sft", None, "dagger"): None,
     ("sampling", None, "retries"): 0, ("eval.sampling", None, "retries"): 0, ("rl.aux.0.sampling", None, "retries"): 0,
     ("sft.dagger", None, "sampling"): {"temperature": 0.4, "top_p": 1.0, "max_new_tokens": 48, "retries": 0},

@@ -70,6 +70,9 @@ BAD_RECIPES = [
     ("override empty part", None, ["--set", "rl..steps=1"], "override 'rl..steps=1' is not of the form"),
     ("override bad yaml", None, ["--set", "rl.optim={lr: [1"], "override 'rl.optim={lr: [1': YAML syntax error"),
     ("override into a value", None, ["--set", "seed.x=1"], "override 'seed.x=1': seed is not a section"),
+    ("overlap with vllm", None, ["--set", "rl.overlap={staleness: 1}", "--set", "rl.sampler={type: vllm}"],
+     "recipe.yaml: rl: Value error, rl.overlap runs the HF sampler beside a single-process actor"),
+    ("negative staleness", None, ["--set", "rl.overlap.staleness=-1"], "rl.overlap.staleness: Input should be greater"),
     ("vllm option under hf", None, ["--set", "rl.sampler.kv_cache_gib=4"], "rl.sampler.kv_cache_gib: Extra inputs"),
     ("template placeholder", with_(prompt__template="{task} {nope}"), [], "prompt.template"),
     ("missing plugin file", None, ["--import", "nowhere/plugin.py"], "plugin file"),
@@ -131,11 +134,14 @@ def test_debug_shows_the_traceback(tmp_path):
     assert done.returncode != 0 and "Traceback" in done.stderr and "YAML syntax error" in done.stderr
 
 
-def test_ctrl_c_stops_with_one_line_and_no_worker_left(tmp_path, tiny_model_dir):
+@pytest.mark.parametrize("overlap", [None, {"staleness": 1}], ids=["in-process", "sampler-process"])
+def test_ctrl_c_stops_with_one_line_and_no_worker_left(tmp_path, tiny_model_dir, overlap):
     """SIGINT to the whole process group (what a terminal sends) during RL with worker
-    processes: exit 130, one line saying where, no worker traceback, no process left."""
+    processes (and with rl.overlap, the sampler process and its own workers): exit 130, one line
+    saying where, no worker traceback, no process left."""
     recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run"), rl__steps=100_000,
-                                                  rl__env_pool__workers=2, rl__tasks_per_step=2))  # never done first
+                                                  rl__env_pool__workers=2, rl__tasks_per_step=2,  # never done first
+                                                  rl__overlap=overlap))
     # As from a terminal: SIGINT handled (a suite run as a background job inherits it ignored).
     proc = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "train", recipe, "--model", str(tiny_model_dir)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,

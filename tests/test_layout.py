@@ -52,7 +52,7 @@ LAYERS = [  # top to bottom: a module imports only from its own layer or the one
     ("pipeline", ["pipeline"]),
     ("trainer", ["trainer", "sft", "dagger", "evaluate", "checkpoint", "tracking", "provenance"]),
     ("methods", ["advantages", "losses", "components", "critic", "gcd", "analysis"]),
-    ("actors, samplers, environments", ["actor", "sampler", "envs", "models", "forward", "data", "rollout.collect",
+    ("actors, samplers, environments", ["actor", "sampler", "envs", "models", "forward", "data", "rollout.collect", "rollout.ahead",
                                         "kernels"]),
     ("config, registry, records", ["config", "recipe", "registry", "rollout", "packing", "prompting", "files", "errors",
                                    "distributed", "seeding", "progress", "stats", "metrics", "envs.base"]),

@@ -305,3 +305,13 @@ def export_model(checkpoint: str | Path, out: str | Path, base: str | None = Non
     if (folder / PROMPT_FILE).is_file():  # the prompt it was trained with travels with it
         shutil.copyfile(folder / PROMPT_FILE, out / PROMPT_FILE)
     return out
+
+
+def load_policy(config, path: str, empty: bool = False):
+    """The policy at `path` as RL trains it (with the actor's LoRA adapters, where it has them)."""
+    model = load_model(path, config.model.dtype, empty)
+    lora = getattr(config.rl.actor, "lora", None)
+    if lora is not None:
+        torch.manual_seed(config.seed)  # the adapters' initialisation
+        model = add_lora(model, lora)
+    return model

@@ -10,7 +10,6 @@ sampling randomness from (seed, step), so a resumed run continues exactly like a
 
 from __future__ import annotations
 
-import math
 import random
 import statistics
 import time
@@ -25,7 +24,6 @@ from agentrl.advantages import compute_advantages
 from agentrl.checkpoint import export_final, latest_checkpoint, read_state, save_checkpoint
 from agentrl.components import Component, Context, StepBatch, timed
 from agentrl.config import ConfigError
-from agentrl.envs.base import sample_tasks
 from agentrl.envs.pool import EnvPool
 from agentrl.errors import RunError
 from agentrl.evaluate import evaluate
@@ -33,11 +31,12 @@ from agentrl.losses.aux import aux_part
 from agentrl.losses.policy import aggregation_weights
 from agentrl.losses.step import StepLoss, sampler_check, sampler_gap
 from agentrl.metrics import Tally
-from agentrl.models import add_lora, load_model, load_tokenizer
+from agentrl.models import load_policy, load_tokenizer
 from agentrl.packing import Packing, TrainSample, micro_batches, per_sample
 from agentrl.progress import plain_output, progress, set_stage
 from agentrl.registry import ACTORS, ADVANTAGES, AUX_LOSSES, COMPONENTS, SAMPLERS
-from agentrl.rollout.collect import collect
+from agentrl.rollout.ahead import Ahead
+from agentrl.rollout.collect import play_step
 from agentrl.rollout.records import write_trajectories
 from agentrl.rollout.types import differing_groups, group_by_id
 from agentrl.sampler.base import Sampler
@@ -112,12 +111,18 @@ class RLTrainer:
         self._skipped_in_a_row = 0
         self.draws = 0
         """Rounds of tasks the last step drew (more than 1 only with rl.rollout.filter_groups)."""
+        self.ahead: Ahead | None = None
+        """With rl.overlap, the sampler process (started by the first step)."""
+        if self.rl.overlap is not None and self.rl.overlap.trainer_threads:
+            torch.set_num_threads(self.rl.overlap.trainer_threads)
 
     def component(self, name: str):
         """The component called `name` (e.g. "critic", "ref", an auxiliary loss's name)."""
         return next(c for c in self.components if c.name == name)
 
     def close(self) -> None:
+        if self.ahead is not None:
+            self.ahead.close()
         self.pool.close()
 
     def __enter__(self) -> RLTrainer:
@@ -127,12 +132,7 @@ class RLTrainer:
         self.close()
 
     def _load_policy(self, path: str, empty: bool = False):
-        model = load_model(path, self.config.model.dtype, empty)
-        lora = getattr(self.rl.actor, "lora", None)
-        if lora is not None:
-            torch.manual_seed(self.config.seed)  # the adapters' initialisation
-            model = add_lora(model, lora)
-        return model
+        return load_policy(self.config, path, empty)
 
     # --- one training step -----------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
@@ -140,46 +140,35 @@ class RLTrainer:
         step, timing = self.step + 1, {}
         set_stage(f"RL step {step}")
         with timed(timing, "step"):
-            trajectories = self.rollout(step, timing)
+            if self.rl.overlap is None:
+                trajectories = self.rollout(step, timing)
+            else:
+                if self.ahead is None:  # (on resume: the steps ahead sample with the checkpoint's weights)
+                    self.ahead = Ahead(self.config, self.model_path)
+                    self.ahead.start(step - 1, self.actor.weights(), self.hint)
+                trajectories, self.draws = self.ahead.take(step, timing)
             metrics = self.learn(trajectories, step, timing)
+            if self.ahead is not None:
+                self.ahead.after_update(step, self.actor.weights(), self.hint)
         self.step, self.trajectories = step, trajectories
         metrics["timing_s/step"] = timing["step"]
         metrics["rollout/draws"] = self.draws
+        metrics["rollout/staleness"] = statistics.fmean(step - 1 - t.version for t in trajectories) if trajectories else 0.0
         # Rollout, advantage and timing statistics are per rank: averaged over the ranks.
         # (Actor totals and token counts are already global.)
         return distributed.mean_metrics(metrics)
 
     def rollout(self, step: int, timing: dict | None = None) -> list:
-        """This rank's trajectories of training step `step` (1-based): every rank draws the same
-        task list and plays its own contiguous share of it. With rl.rollout.filter_groups, further
-        rounds of tasks (each rank its own) until its share of groups differ in return."""
-        rl, cfg = self.rl, self.config
-        share, filtering = rl.tasks_per_step // self.world, rl.rollout.filter_groups
-        tasks = sample_tasks(self.pool.local, "train", rl.tasks_per_step, random.Random(step_seed(cfg.seed, step, "tasks")))
-        tasks = tasks[self.rank * share:(self.rank + 1) * share]
-        torch.manual_seed(step_seed(cfg.seed, step, "sampling" if self.world == 1 else f"sampling:{self.rank}"))
-        hint = "\n".join(h for h in (c.hint(step) for c in self.components) if h)
-        rounds = filtering.max_draws if filtering else 1
-        trajectories = []
-        for draw in range(rounds):
-            first_group_id = ((step - 1) * rounds + draw) * rl.tasks_per_step + self.rank * share  # unique in the run
-            trajectories += collect(self.pool, self.sampler, self.tokenizer, tasks, rl.group_size, cfg.prompt,
-                                    cfg.sampling, first_group_id=first_group_id, timing=timing, hint=hint,
-                                    mode=rl.rollout.mode, batch_window_s=rl.rollout.batch_window_s)
-            self.draws = draw + 1
-            if filtering is None:
-                break
-            differing = len(differing_groups(trajectories))
-            if differing >= share:
-                break
-            rate = differing / len(group_by_id(trajectories))  # tasks drawn for the groups missing, at the rate so far
-            n = min(share, math.ceil((share - differing) / max(rate, 1 / share)))
-            tasks = sample_tasks(self.pool.local, "train", n, random.Random(step_seed(cfg.seed, step, f"tasks:{draw + 1}:{self.rank}")))
-        aborted, total = distributed.all_sum([sum(t.aborted for t in trajectories), len(trajectories)])
-        if total and aborted / total > rl.max_aborted_share:
-            raise RunError(f"{aborted:.0f} of {total:.0f} episodes aborted in RL step {step} (more than "
-                           f"rl.max_aborted_share = {rl.max_aborted_share:g}): {self.pool.fault_summary()}")
+        """This rank's trajectories of training step `step` (1-based), played here (`play_step`)."""
+        trajectories, self.draws = play_step(self.pool, self.sampler, self.tokenizer, self.config, step,
+                                             self.hint(step), self.rank, self.world, timing)
+        for t in trajectories:
+            t.version = step - 1
         return trajectories
+
+    def hint(self, step: int) -> str:
+        """What the components add to step `step`'s prompts."""
+        return "\n".join(h for h in (c.hint(step) for c in self.components) if h)
 
     def learn(self, trajectories: list, step: int, timing: dict | None = None) -> dict[str, float]:
         """Score, advantages and one update (all ranks together) on this rank's `trajectories`;

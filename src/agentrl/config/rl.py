@@ -75,6 +75,28 @@ class RolloutConfig(Section):
     those left out, rollout/draws the rounds."""
 
 
+class OverlapConfig(Section):
+    """The sampler in a process of its own, playing the next steps' episodes while the trainer
+    updates (`agentrl.rollout.ahead`): step t's samples come from the weights of update t - 1 - k
+    or later, pushed after each update. Each sample records the version that sampled it; one older
+    than `staleness` updates, or weights that are not the version they claim, stop the run. With
+    k >= 1 the samples are off-policy by up to k updates: `rl.old_logprobs: actor` with `rl.tis_cap`
+    corrects for it (decoupled PPO), the default ratio against the sampler's log-probs does not.
+    On resume the first k steps sample with the checkpoint's weights (the older versions an
+    uninterrupted run would have used are not saved)."""
+
+    staleness: int = Field(1, ge=0)
+    """k: how many updates behind the sampling weights may be (0: the sampler process plays each
+    step after the last update, exactly the samples of the in-process loop)."""
+    sampler_threads: int | None = Field(None, ge=1)
+    """torch threads of the sampler process (None: torch's default, every core)."""
+    trainer_threads: int | None = Field(None, ge=1)
+    """torch threads of the trainer process (None: as it is)."""
+    sampler_gpu: int | None = Field(None, ge=0)
+    """The GPU the sampler process generates on (None: the trainer's own). The weights travel
+    through host memory."""
+
+
 class RLConfig(Section):
     steps: int = Field(100, ge=0)
     """Training steps (one rollout batch and one update each)."""
@@ -159,6 +181,10 @@ class RLConfig(Section):
     """Where the environments run (trainer process, worker processes, Ray actors)."""
     rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig())
     """How the rollout loop interleaves generation and environment steps."""
+    overlap: OverlapConfig | None = None
+    """Generation and training overlapped: the sampler in its own process, up to `staleness`
+    updates ahead (None: one after the other in the trainer's process). Needs actor.backend:
+    single and sampler.type: hf."""
     max_aborted_share: float = Field(0.5, ge=0, le=1)
     """A step in which more than this share of the episodes (over all ranks) aborted stops the
     run with an error naming the workers' faults."""
@@ -186,6 +212,13 @@ class RLConfig(Section):
     def _filter_groups_needs_groups(self):
         if self.rollout.filter_groups is not None and self.group_size < 2:
             raise ValueError("rl.rollout.filter_groups keeps groups whose returns differ: it needs rl.group_size >= 2")
+        return self
+
+    @model_validator(mode="after")
+    def _overlap_supports(self):
+        if self.overlap is not None and (self.actor.backend != "single" or self.sampler.type != "hf"):
+            raise ValueError("rl.overlap runs the HF sampler beside a single-process actor for now: it needs "
+                             "rl.actor.backend: single and rl.sampler.type: hf")
         return self
 
     @model_validator(mode="after")

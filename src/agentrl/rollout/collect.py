@@ -16,13 +16,20 @@ Timing: `gen` is the time spent in the sampler, `env` the time spent waiting for
 
 from __future__ import annotations
 
+import math
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from agentrl.envs.base import Rejected
+import torch
+
+from agentrl import distributed
+from agentrl.envs.base import Rejected, sample_tasks
+from agentrl.errors import RunError
 from agentrl.prompting import ChatTurns, HistoryEntry, encode_prompt, parse_action, render_prompt
-from agentrl.rollout.types import StepSample, Trajectory
+from agentrl.rollout.types import StepSample, Trajectory, differing_groups, group_by_id
+from agentrl.seeding import step_seed
 
 
 @dataclass
@@ -224,3 +231,37 @@ def _async(pool, sampler, rules, episodes, sampling, timing, finished, batch_win
             if moves:
                 pool.submit(command, {e.slot: rules.act(e, gen) for e, gen in moves})
                 in_env.update(e.slot for e, _ in moves)
+
+
+def play_step(pool, sampler, tokenizer, config, step: int, hint: str, rank: int = 0,
+              world: int = 1, timing: dict | None = None) -> tuple[list, int]:
+    """Rank `rank`'s trajectories of training step `step` (1-based) and the rounds of tasks drawn:
+    every rank draws the same task list and plays its own contiguous share of it. With
+    rl.rollout.filter_groups, further rounds of tasks (each rank its own) until its share of
+    groups differ in return."""
+    rl = config.rl
+    share, filtering = rl.tasks_per_step // world, rl.rollout.filter_groups
+    tasks = sample_tasks(pool.local, "train", rl.tasks_per_step, random.Random(step_seed(config.seed, step, "tasks")))
+    tasks = tasks[rank * share:(rank + 1) * share]
+    torch.manual_seed(step_seed(config.seed, step, "sampling" if world == 1 else f"sampling:{rank}"))
+    rounds = filtering.max_draws if filtering else 1
+    trajectories, draws = [], 0
+    for draw in range(rounds):
+        first_group_id = ((step - 1) * rounds + draw) * rl.tasks_per_step + rank * share  # unique in the run
+        trajectories += collect(pool, sampler, tokenizer, tasks, rl.group_size, config.prompt, config.sampling,
+                                first_group_id=first_group_id, timing=timing, hint=hint, mode=rl.rollout.mode,
+                                batch_window_s=rl.rollout.batch_window_s)
+        draws = draw + 1
+        if filtering is None:
+            break
+        differing = len(differing_groups(trajectories))
+        if differing >= share:
+            break
+        rate = differing / len(group_by_id(trajectories))  # tasks drawn for the groups missing, at the rate so far
+        n = min(share, math.ceil((share - differing) / max(rate, 1 / share)))
+        tasks = sample_tasks(pool.local, "train", n, random.Random(step_seed(config.seed, step, f"tasks:{draw + 1}:{rank}")))
+    aborted, total = distributed.all_sum([sum(t.aborted for t in trajectories), len(trajectories)])
+    if total and aborted / total > rl.max_aborted_share:
+        raise RunError(f"{aborted:.0f} of {total:.0f} episodes aborted in RL step {step} (more than "
+                       f"rl.max_aborted_share = {rl.max_aborted_share:g}): {pool.fault_summary()}")
+    return trajectories, draws

@@ -2,7 +2,7 @@
 `rl/rollouts/step_N.jsonl.gz` share one record, one line per episode, so the analysis commands
 and a researcher's own scripts read both.
 
-    {"task_id", "task_type", "group_id", "success", "aborted",
+    {"task_id", "task_type", "group_id", "success", "aborted", "version" (training, where recorded),
      "steps": [{"observation", "prompt", "response", "action", "reward", "penalty", "progress",
                 "anchor", "advantage", "rejected"}, ...]}
 
@@ -23,8 +23,9 @@ STEP_FIELDS = ("observation", "prompt", "response", "action", "reward", "penalty
 
 
 def to_record(t: Trajectory) -> dict:
+    version = {} if t.version is None else {"version": t.version}
     return {"task_id": t.task_id, "task_type": t.task_type, "group_id": t.group_id, "success": t.success,
-            "aborted": t.aborted, "steps": [{k: getattr(s, k) for k in STEP_FIELDS} for s in t.steps]}
+            "aborted": t.aborted, **version, "steps": [{k: getattr(s, k) for k in STEP_FIELDS} for s in t.steps]}
 
 
 def from_record(row: dict) -> Trajectory:
@@ -34,7 +35,7 @@ def from_record(row: dict) -> Trajectory:
                         rejected=s.get("rejected", 0))
              for s in row["steps"]]
     return Trajectory(row["task_id"], row.get("group_id", 0), row["task_type"], steps, success=row["success"],
-                      aborted=row.get("aborted", False))
+                      aborted=row.get("aborted", False), version=row.get("version"))
 
 
 def _open(path: Path, mode: str, compressed: bool):

@@ -50,6 +50,8 @@ class Trajectory:
     success: bool = False
     aborted: bool = False
     """The worker failed mid-episode; the trajectory is kept out of the advantage computation."""
+    version: int | None = None
+    """The policy that sampled it: the weights after this many updates (None: not recorded)."""
 
     @property
     def episode_reward(self) -> float:

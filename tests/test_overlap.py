@@ -1,0 +1,153 @@
+"""rl.overlap: the sampler in its own process, up to k updates ahead of the trainer."""
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from test_trainer import run, small_config, strip_timing
+
+from agentrl.checkpoint import list_checkpoints
+from agentrl.errors import RunError
+from agentrl.models import load_model
+from agentrl.rollout.ahead import Ahead, fingerprint
+from agentrl.rollout.records import read_trajectories
+from agentrl.tracking import read_metrics
+from agentrl.trainer import RLTrainer
+
+
+def final_weights(run_dir):
+    return load_file(list_checkpoints(run_dir)[-1] / "model" / "model.safetensors")
+
+
+def versions(run_dir, steps):
+    return [sorted({t.version for t in read_trajectories(run_dir / "rollouts" / f"step_{s:06d}.jsonl.gz")})
+            for s in range(1, steps + 1)]
+
+
+def test_staleness_0_in_its_own_process_is_the_in_process_run_exactly_and_1_is_not(tiny_model_dir, tmp_path):
+    for name, overlap in (("here", None), ("k0", {"staleness": 0}), ("k1", {"staleness": 1})):
+        run(small_config(tmp_path / name, 3, overlap=overlap), tiny_model_dir)
+    here, k0, k1 = (final_weights(tmp_path / name) for name in ("here", "k0", "k1"))
+    assert all(torch.equal(here[name], k0[name]) for name in here)
+    assert not all(torch.equal(here[name], k1[name]) for name in here)
+    rows = [strip_timing(read_metrics(tmp_path / name / "logs" / "metrics.jsonl")) for name in ("here", "k0")]
+    assert rows[0] == rows[1]
+    assert versions(tmp_path / "k0", 3) == [[0], [1], [2]]
+
+
+def test_staleness_1_samples_each_step_with_the_weights_it_records(tiny_model_dir, tmp_path):
+    """Step s is sampled by update s - 2's weights (the first two by the initial ones), and the
+    sampled tokens' recorded log-probs are those weights' own: the version names what sampled."""
+    config = small_config(tmp_path, 3, overlap={"staleness": 1}, keep_last=3)
+    trainer = RLTrainer(config, str(tiny_model_dir), tmp_path)
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    assert versions(tmp_path, 3) == [[0], [0], [1]]
+    assert read_metrics(tmp_path / "logs" / "metrics.jsonl")[-1]["rollout/staleness"] == 1.0
+    update_1 = load_model(str(list_checkpoints(tmp_path)[0] / "model"), "float32")
+    now = trainer.model  # the weights after update 3: not what sampled step 3
+    for model, same in ((update_1, True), (now, False)):
+        close = [torch.allclose(logprobs(model, s.prompt_ids, s.response_ids), torch.tensor(s.logprobs), atol=1e-4)
+                 for t in trainer.trajectories for s in t.steps]
+        assert all(close) if same else not any(close)
+
+
+def logprobs(model, prompt, response):
+    ids = torch.tensor([prompt + response])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1:-1].float()
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(response)[:, None])[:, 0]
+
+
+@pytest.fixture
+def ahead(tiny_model_dir, tmp_path):
+    config = small_config(tmp_path, 4, overlap={"staleness": 1})
+    process = Ahead(config, str(tiny_model_dir))
+    yield process, load_model(str(tiny_model_dir), "float32")
+    process.close()
+
+
+def test_a_step_sampled_more_than_k_updates_behind_stops_the_run(ahead):
+    process, model = ahead
+    process.start(0, model.named_parameters(), lambda step: "")
+    process.take(1, {})
+    process.take(2, {})
+    process.requests.put(("play", 3, ""))  # asked for without pushing update 1's weights first
+    with pytest.raises(RunError, match="more than rl.overlap.staleness = 1 updates behind"):
+        process.take(3, {})
+
+
+def test_weights_that_are_not_the_version_they_claim_stop_the_run(ahead):
+    process, model = ahead
+    process.start(0, model.named_parameters(), lambda step: "")
+    process.take(1, {})
+    process.take(2, {})
+    recorded = {name: p.detach().clone() for name, p in model.named_parameters()}
+    process.fingerprints[1] = fingerprint(recorded.items())
+    sent = {name: p + 0.01 for name, p in recorded.items()}  # what arrived is not what was recorded
+    process.requests.put(("weights", 1, sent))
+    process.requests.put(("play", 3, ""))
+    with pytest.raises(RunError, match="not those of update 1: a weight push did not arrive"):
+        process.take(3, {})
+
+
+def test_the_fingerprint_tells_weights_apart_and_ignores_their_order():
+    a = {"w": torch.arange(10_000, dtype=torch.float32), "b": torch.zeros(3)}
+    b = {"w": a["w"].clone(), "b": torch.tensor([0.0, 0.0, 1e-7])}
+    assert fingerprint(a.items()) == fingerprint(reversed(list(a.items())))
+    assert fingerprint(a.items()) != fingerprint(b.items())
+
+
+KILLED_AFTER_STEP_2 = """
+import os, signal, sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_trainer import small_config
+from agentrl import trainer as T
+from agentrl.rollout import ahead as A
+
+took = A.Ahead.take
+def take(self, step, timing):
+    played = took(self, step, timing)
+    if step == 3:  # step 2's checkpoint is saved; step 4 is asked for, after update 2's weights
+        self.results.get(timeout=300)  # step 4 played: the sampler has read every request and waits
+        Path({pid_file!r}).write_text(str(self.process.pid))
+        os.kill(os.getpid(), signal.SIGKILL)
+    return played
+A.Ahead.take = take
+T.RLTrainer(small_config({run_dir!r}, 4, overlap={{"staleness": 1}}, keep_last=4), {model!r}, Path({run_dir!r})).run()
+"""
+
+
+def running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_killed_run_resumes_with_the_checkpoints_weights_ahead_and_leaves_no_sampler(tiny_model_dir, tmp_path):
+    """A run SIGKILLed after step 2's checkpoint, its sampler idle with nothing left to read:
+    the sampler process leaves by itself, and the run resumes: step 3 samples with update 2's weights (an uninterrupted run: update 1's, which
+    no checkpoint holds) and step 4 with them too, then training goes on to the end."""
+    run_dir, pid_file = tmp_path / "run", tmp_path / "sampler.pid"
+    script = KILLED_AFTER_STEP_2.format(tests=str(Path(__file__).parent), pid_file=str(pid_file),
+                                        run_dir=str(run_dir), model=str(tiny_model_dir))
+    with (tmp_path / "output.txt").open("w") as output:  # not a pipe: the sampler would hold it open
+        killed = subprocess.run([sys.executable, "-c", script], stdout=output, stderr=output, timeout=600)
+    assert killed.returncode == -signal.SIGKILL, (tmp_path / "output.txt").read_text()[-2000:]
+    sampler = int(pid_file.read_text())
+    deadline = time.monotonic() + 30
+    while running(sampler):
+        assert time.monotonic() < deadline, "the sampler process outlived its trainer"
+        time.sleep(0.2)
+    run(small_config(run_dir, 4, overlap={"staleness": 1}, keep_last=4), tiny_model_dir, resume=True)
+    assert versions(run_dir, 4) == [[0], [0], [2], [2]]
+    assert [r["step"] for r in read_metrics(run_dir / "logs" / "metrics.jsonl")] == [1, 2, 3, 4]
