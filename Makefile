@@ -11,7 +11,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-cpu-gagpo45 alfworld-cpu-filter alfworld-smollm2 scienceworld-cpu FORCE testbed testbed-gcd test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd mutants clean \
+.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-cpu-gagpo45 alfworld-cpu-filter alfworld-smollm2 scienceworld-cpu FORCE testbed testbed-gcd test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd overlap-seeds mutants clean \
 	pipeline sft rl eval plan
 
 help:  ## this list
@@ -274,6 +274,20 @@ compare-gcd: $(STAMP)  ## GRPO vs GRPO + GCD over SEEDS (about an hour)
 		--method "grpo+gcd:" \
 		--method "grpo+gcd-classifier:rl.aux=[{type: gcd, judge: classifier, pairs_per_step: 16, eval_pairs: 40}]" \
 		--method "gigpo+gcd:rl.advantage={type: gigpo}"
+
+# Lock-step RL (k = 0) vs generation overlapped with training (rl.overlap, k = 1: the sampler process
+# and the trainer one thread each) on the demo, from one cold start, SEEDS each, paired: what the
+# one step of staleness costs in success (the speed is benchmarks/overlap.py's).
+OVERLAP_RUNS := runs/overlap-seeds
+overlap-seeds: $(STAMP)  ## lock-step vs overlapped (k=1) RL on the demo over SEEDS (about 15 min a seed)
+	$(VENV)/bin/agentrl run recipes/demo.yaml --set run_dir=$(OVERLAP_RUNS)/coldstart \
+		--set model.path=$(OVERLAP_RUNS)/coldstart/model-init --set rl.steps=0
+	$(VENV)/bin/agentrl compare recipes/demo.yaml --model $(OVERLAP_RUNS)/coldstart/sft/model \
+		--out $(OVERLAP_RUNS) --seeds $(SEEDS) \
+		--method "k0:" \
+		--method "k1:rl.overlap={staleness: 1, sampler_threads: 1, trainer_threads: 1}"
+	cp $(OVERLAP_RUNS)/summary.md benchmarks/results/overlap-seeds.md
+	cp $(OVERLAP_RUNS)/summary.json benchmarks/results/overlap-seeds.json
 
 clean:
 	rm -rf runs .pytest_cache

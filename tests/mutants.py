@@ -647,6 +647,9 @@ MUTANTS = [
     Mutant("score: a failed task's negative return not clipped at 0", "src/agentrl/rollout/types.py",
            "return max(0.0, self.episode_reward)", "return self.episode_reward", ["test_evaluate.py", *COMPARE]),
     # --- overlapped generation and training (rl.overlap) ---------------------------------------------
+    Mutant("overlap: the trainer's environment pool started with the trainer, idle beside the sampler's",
+           "src/agentrl/trainer.py", "        self._skipped_in_a_row = 0\n",
+           "        self._skipped_in_a_row = 0 if self.pool else 0\n", OVERLAP),
     Mutant("overlap: the sampler process keeps its weights when a push arrives", "src/agentrl/rollout/ahead.py",
            "sampler.sleep()\n                sampler.update_weights(weights.items())", "sampler.sleep()", OVERLAP),
     Mutant("overlap: the next step asked for before update's weights are pushed", "src/agentrl/rollout/ahead.py",

@@ -1,5 +1,6 @@
 """rl.overlap: the sampler in its own process, up to k updates ahead of the trainer."""
 
+import multiprocessing
 import signal
 import subprocess
 import sys
@@ -29,9 +30,16 @@ def versions(run_dir, steps):
             for s in range(1, steps + 1)]
 
 
-def test_staleness_0_in_its_own_process_is_the_in_process_run_exactly_and_1_is_not(tiny_model_dir, tmp_path):
-    for name, overlap in (("here", None), ("k0", {"staleness": 0}), ("k1", {"staleness": 1})):
+def test_staleness_0_is_the_in_process_run_exactly_and_1_samples_each_step_with_the_weights_it_records(
+        tiny_model_dir, tmp_path):
+    """k = 0 in its own process: the in-process run's weights and metrics, bit for bit. k = 1: step s
+    is sampled by update s - 2's weights (the first two by the initial ones), and the sampled tokens'
+    recorded log-probs are those weights' own: the version names what sampled."""
+    for name, overlap in (("here", None), ("k0", {"staleness": 0})):
         run(small_config(tmp_path / name, 3, overlap=overlap), tiny_model_dir)
+    config = small_config(tmp_path / "k1", 3, overlap={"staleness": 1}, keep_last=3)
+    with RLTrainer(config, str(tiny_model_dir), tmp_path / "k1") as trainer:
+        trainer.run()
     here, k0, k1 = (final_weights(tmp_path / name) for name in ("here", "k0", "k1"))
     assert all(torch.equal(here[name], k0[name]) for name in here)
     assert not all(torch.equal(here[name], k1[name]) for name in here)
@@ -39,24 +47,23 @@ def test_staleness_0_in_its_own_process_is_the_in_process_run_exactly_and_1_is_n
     assert rows[0] == rows[1]
     assert versions(tmp_path / "k0", 3) == [[0], [1], [2]]
 
-
-def test_staleness_1_samples_each_step_with_the_weights_it_records(tiny_model_dir, tmp_path):
-    """Step s is sampled by update s - 2's weights (the first two by the initial ones), and the
-    sampled tokens' recorded log-probs are those weights' own: the version names what sampled."""
-    config = small_config(tmp_path, 3, overlap={"staleness": 1}, keep_last=3)
-    trainer = RLTrainer(config, str(tiny_model_dir), tmp_path)
-    try:
-        trainer.run()
-    finally:
-        trainer.close()
-    assert versions(tmp_path, 3) == [[0], [0], [1]]
-    assert read_metrics(tmp_path / "logs" / "metrics.jsonl")[-1]["rollout/staleness"] == 1.0
-    update_1 = load_model(str(list_checkpoints(tmp_path)[0] / "model"), "float32")
+    assert versions(tmp_path / "k1", 3) == [[0], [0], [1]]
+    assert read_metrics(tmp_path / "k1" / "logs" / "metrics.jsonl")[-1]["rollout/staleness"] == 1.0
+    update_1 = load_model(str(list_checkpoints(tmp_path / "k1")[0] / "model"), "float32")
     now = trainer.model  # the weights after update 3: not what sampled step 3
     for model, same in ((update_1, True), (now, False)):
         close = [torch.allclose(logprobs(model, s.prompt_ids, s.response_ids), torch.tensor(s.logprobs), atol=1e-4)
                  for t in trainer.trajectories for s in t.steps]
         assert all(close) if same else not any(close)
+
+
+def test_the_trainer_starts_no_environments_while_the_sampler_process_plays_them(tiny_model_dir, tmp_path):
+    """With rl.overlap the sampler process has the environment workers; the trainer's own pool
+    (evaluation's) is not started by training steps."""
+    config = small_config(tmp_path, 1, overlap={"staleness": 1}, env_pool={"workers": 1})
+    with RLTrainer(config, str(tiny_model_dir), tmp_path) as trainer:
+        trainer.train_step()
+        assert [p.pid for p in multiprocessing.active_children()] == [trainer.ahead.process.pid]
 
 
 def logprobs(model, prompt, response):

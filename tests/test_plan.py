@@ -45,9 +45,10 @@ def test_plan_command_prints_a_table_and_refuses_an_unknown_model(tmp_path):
     assert "model.path: someone/unknown-model" in done.stderr
 
 
-@pytest.mark.parametrize("backend,ranks,checkpointing", [("single", 1, False), ("single", 1, True),
-                                                          ("fsdp2", 2, False)],
-                         ids=["single", "single-checkpointing", "fsdp2-2-ranks"])
+@pytest.mark.parametrize("backend,ranks,checkpointing", [
+    pytest.param("single", 1, False, id="single", marks=pytest.mark.slow),  # (the checkpointing case plans the same parts)
+    pytest.param("single", 1, True, id="single-checkpointing"),
+    pytest.param("fsdp2", 2, False, id="fsdp2-2-ranks")])
 def test_estimates_are_within_25_percent_of_measured_peaks(tmp_path, backend, ranks, checkpointing):
     """Peak resident memory of SFT steps of a 35M-parameter model (fp32, 4096-token micro-batch)
     above the process's memory before the model was built, per rank."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -87,13 +88,13 @@ class RLTrainer:
     def __init__(self, config, model_path: str, run_dir: Path):
         self.config, self.rl, self.run_dir, self.model_path = config, config.rl, Path(run_dir), model_path
         self.tokenizer = load_tokenizer(model_path)
-        self.model = self._load_policy(model_path, empty=shards_on_load(self.rl.actor))
+        self.model = load_policy(config, model_path, empty=shards_on_load(self.rl.actor))
         self.world, self.rank = distributed.world(), distributed.rank()
         check_ranks(self.rl, self.world)
         sharded = self.rl.actor.backend != "single"
         # A sharded actor cannot generate: each rank's sampler holds a full copy of the weights.
         self.sampler: Sampler = SAMPLERS.get(self.rl.sampler.type)(
-            self.rl.sampler, model_path, lambda: self._load_policy(model_path) if sharded else self.model,
+            self.rl.sampler, model_path, lambda: load_policy(config, model_path) if sharded else self.model,
             self.tokenizer, config)
         # The full HF policy that components read (the sampler's copy when the actor is sharded).
         policy = self.model if not sharded else getattr(self.sampler, "model", None)
@@ -101,7 +102,6 @@ class RLTrainer:
         self.loss = StepLoss(self.rl, config.sampling.temperature or 1.0)
         self.components, self.aux_losses = build_components(Context(config, model_path, policy, self.sampler,
                                                                     self.tokenizer, self.run_dir, self.packing))
-        self.pool = EnvPool(config.env, self.rl.env_pool)
         extra = [p for c in self.components for p in c.parameters()]
         self.actor: Actor = ACTORS.get(self.rl.actor.backend)(self.rl.actor, self.model, self.rl.optim, extra)
         self.sampler.update_weights(self.actor.weights())  # a no-op for a sampler sharing the actor's module
@@ -120,19 +120,23 @@ class RLTrainer:
         """The component called `name` (e.g. "critic", "ref", an auxiliary loss's name)."""
         return next(c for c in self.components if c.name == name)
 
+    @cached_property
+    def pool(self) -> EnvPool:
+        """The environments of this process's rollouts and evaluations, started when first used
+        (with rl.overlap only evaluation uses them: the sampler process has its own)."""
+        return EnvPool(self.config.env, self.rl.env_pool)
+
     def close(self) -> None:
         if self.ahead is not None:
             self.ahead.close()
-        self.pool.close()
+        if "pool" in self.__dict__:
+            self.pool.close()
 
     def __enter__(self) -> RLTrainer:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def _load_policy(self, path: str, empty: bool = False):
-        return load_policy(self.config, path, empty)
 
     # --- one training step -----------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
