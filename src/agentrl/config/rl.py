@@ -89,7 +89,8 @@ class OverlapConfig(Section):
     """k: how many updates behind the sampling weights may be (0: the sampler process plays each
     step after the last update, exactly the samples of the in-process loop)."""
     sampler_threads: int | None = Field(None, ge=1)
-    """torch threads of the sampler process (None: torch's default, every core)."""
+    """torch threads of the sampler process (None: the trainer's, so that k = 0 computes what the
+    in-process loop does)."""
     trainer_threads: int | None = Field(None, ge=1)
     """torch threads of the trainer process (None: as it is)."""
     sampler_gpu: int | None = Field(None, ge=0)

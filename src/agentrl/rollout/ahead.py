@@ -49,12 +49,13 @@ class Ahead:
     def __init__(self, config, model_path: str):
         self.rl = config.rl
         self.k = self.rl.overlap.staleness
+        threads = self.rl.overlap.sampler_threads or torch.get_num_threads()
         context = multiprocessing.get_context("spawn")
         self.requests, self.results = context.Queue(), context.Queue()
         self.fingerprints: dict[int, str] = {}
         self.process = context.Process(
             target=serve, name="agentrl-sampler",
-            args=(config.model_dump(mode="json"), model_path, self.requests, self.results, os.getpid()))
+            args=(config.model_dump(mode="json"), model_path, threads, self.requests, self.results, os.getpid()))
         self.process.start()
 
     def start(self, last_step: int, weights, hint) -> None:
@@ -118,9 +119,9 @@ class Ahead:
         self.results.close()
 
 
-def serve(config_data: dict, model_path: str, requests, results, parent: int) -> None:
-    """The sampler process: its own policy copy, sampler and environment pool; plays the steps it
-    is asked for with the weights it last received. Ctrl-C is the trainer's to handle (it stops
+def serve(config_data: dict, model_path: str, threads: int, requests, results, parent: int) -> None:
+    """The sampler process: its own policy copy, sampler and environment pool, on `threads` torch
+    threads; plays the steps it is asked for with the weights it last received. Ctrl-C is the trainer's to handle (it stops
     this process); it leaves by itself when the trainer is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the pool's workers closed on the way out
@@ -133,8 +134,7 @@ def serve(config_data: dict, model_path: str, requests, results, parent: int) ->
 
     config = validate_config(config_data)
     overlap = config.rl.overlap
-    if overlap.sampler_threads:
-        torch.set_num_threads(overlap.sampler_threads)
+    torch.set_num_threads(threads)
     if overlap.sampler_gpu is not None:
         os.environ["LOCAL_RANK"] = str(overlap.sampler_gpu)  # the device `agentrl.distributed.device` gives
     pool = None
