@@ -11,7 +11,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-cpu-gagpo45 alfworld-cpu-filter alfworld-smollm2 scienceworld-cpu FORCE testbed testbed-gcd test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd overlap-seeds mutants clean \
+.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-cpu-gagpo45 alfworld-cpu-filter alfworld-smollm2 scienceworld-cpu FORCE testbed testbed-gcd testbed-overlap test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd overlap-seeds mutants clean \
 	pipeline sft rl eval plan
 
 help:  ## this list
@@ -261,6 +261,14 @@ JUDGMENTS ?= 2000
 testbed-gcd: $(STAMP)  ## GRPO vs GRPO + GCD on the testbed over SEEDS (SETTING=name TESTBED_SET="..." JUDGMENTS=n)
 	$(MAKE) testbed SETTING=$(SETTING)-gcd$(JUDGMENTS) TESTBED_SET="$(TESTBED_SET) sft.judgments=$(JUDGMENTS)" TESTBED_METHODS='$(GCD_METHODS)'
 
+# Lock-step (k = 0) vs overlapped (rl.overlap, k = 1, one thread each side) GRPO and GiGPO on a testbed
+# setting over SEEDS, from the setting's one cold start: results in testbed-SETTING-overlap.
+OVERLAP = {staleness: 1, sampler_threads: 1, trainer_threads: 1}
+OVERLAP_METHODS = --method "grpo:" --method "grpo-k1:rl.overlap=$(OVERLAP)" --method "gigpo:rl.advantage={type: gigpo}" \
+	--method "gigpo-k1:rl.advantage={type: gigpo};rl.overlap=$(OVERLAP)"
+testbed-overlap: $(STAMP)  ## lock-step vs overlapped (k=1) GRPO and GiGPO on the testbed over SEEDS (SETTING=name TESTBED_SET="...")
+	$(MAKE) testbed SETTING=$(SETTING)-overlap TESTBED_SET="$(TESTBED_SET)" TESTBED_METHODS='$(OVERLAP_METHODS)'
+
 # GRPO vs GRPO + GCD (generative judge, and the value-head classifier ablation) and GiGPO + GCD
 # from one cold start with judgment data, SEEDS each, equal budget, plus the coupling lab on
 # fixed cold-start steps before and after (about an hour on 2 cores).
@@ -285,7 +293,7 @@ overlap-seeds: $(STAMP)  ## lock-step vs overlapped (k=1) RL on the demo over SE
 	$(VENV)/bin/agentrl compare recipes/demo.yaml --model $(OVERLAP_RUNS)/coldstart/sft/model \
 		--out $(OVERLAP_RUNS) --seeds $(SEEDS) \
 		--method "k0:" \
-		--method "k1:rl.overlap={staleness: 1, sampler_threads: 1, trainer_threads: 1}"
+		--method "k1:rl.overlap=$(OVERLAP)"
 	cp $(OVERLAP_RUNS)/summary.md benchmarks/results/overlap-seeds.md
 	cp $(OVERLAP_RUNS)/summary.json benchmarks/results/overlap-seeds.json
 
