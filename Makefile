@@ -262,10 +262,12 @@ testbed-gcd: $(STAMP)  ## GRPO vs GRPO + GCD on the testbed over SEEDS (SETTING=
 	$(MAKE) testbed SETTING=$(SETTING)-gcd$(JUDGMENTS) TESTBED_SET="$(TESTBED_SET) sft.judgments=$(JUDGMENTS)" TESTBED_METHODS='$(GCD_METHODS)'
 
 # Lock-step (k = 0) vs overlapped (rl.overlap, k = 1, one thread each side) GRPO and GiGPO on a testbed
-# setting over SEEDS, from the setting's one cold start: results in testbed-SETTING-overlap.
+# setting over SEEDS, from the setting's one cold start, and GRPO at k = 1 with decoupled PPO (the
+# actor's log-probs as the old policy, TIS capped at 2): results in testbed-SETTING-overlap.
 OVERLAP = {staleness: 1, sampler_threads: 1, trainer_threads: 1}
 OVERLAP_METHODS = --method "grpo:" --method "grpo-k1:rl.overlap=$(OVERLAP)" --method "gigpo:rl.advantage={type: gigpo}" \
-	--method "gigpo-k1:rl.advantage={type: gigpo};rl.overlap=$(OVERLAP)"
+	--method "gigpo-k1:rl.advantage={type: gigpo};rl.overlap=$(OVERLAP)" \
+	--method "grpo-k1-tis:rl.overlap=$(OVERLAP);rl.old_logprobs=actor;rl.tis_cap=2.0"
 testbed-overlap: $(STAMP)  ## lock-step vs overlapped (k=1) GRPO and GiGPO on the testbed over SEEDS (SETTING=name TESTBED_SET="...")
 	$(MAKE) testbed SETTING=$(SETTING)-overlap TESTBED_SET="$(TESTBED_SET)" TESTBED_METHODS='$(OVERLAP_METHODS)'
 
