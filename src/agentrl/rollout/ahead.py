@@ -121,8 +121,8 @@ class Ahead:
 
 def serve(config_data: dict, model_path: str, threads: int, requests, results, parent: int) -> None:
     """The sampler process: its own policy copy, sampler and environment pool, on `threads` torch
-    threads; plays the steps it is asked for with the weights it last received. Ctrl-C is the trainer's to handle (it stops
-    this process); it leaves by itself when the trainer is gone."""
+    threads; plays the steps it is asked for with the weights it last received. Ctrl-C is the
+    trainer's to handle (it stops this process); it leaves by itself when the trainer is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the pool's workers closed on the way out
     from agentrl.envs.pool import EnvPool
