@@ -192,8 +192,12 @@ docs: $(STAMP)  ## the documentation site into site/ (warnings are errors)
 	$(PY) docs/gen_reference.py
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
+# The default suite runs on TEST_WORKERS pytest-xdist workers, each computing on one thread
+# (tests/conftest.py); TEST_WORKERS=0 runs it in this process on 2 threads.
+TEST_WORKERS ?= 2
+
 test: $(SMOLLM2_STAMP) $(VLLM_STAMP)  ## the test suite (both environments)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 	$(VLLM_PY) -m pytest -q tests/test_vllm.py
 
 test-vllm: $(VLLM_STAMP)  ## the vLLM sampler's tests only

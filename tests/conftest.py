@@ -14,7 +14,12 @@ from agentrl.envs import make_env
 from agentrl.envs.household.env import HouseholdEnvConfig
 from agentrl.models import init_tiny_model
 
-torch.set_num_threads(2)
+# Under pytest-xdist (`make test` runs 2 workers on the 2 cores) each worker and everything it
+# launches computes on one thread: two workers on two threads each would fight for the cores.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if WORKER:
+    os.environ["OMP_NUM_THREADS"] = "1"
+torch.set_num_threads(1 if WORKER else 2)
 
 COMPACT = "Task: {task}\nHistory:\n{history}\nObservation: {observation}\nActions: {actions}"
 
@@ -67,15 +72,19 @@ def scienceworld_splits():
 
 
 def processes(matches) -> list[int]:
-    """PIDs of running processes whose command line `matches` (a predicate on the text)."""
+    """PIDs of running processes whose command line `matches` (a predicate on the text); under
+    pytest-xdist only those started from this worker (they inherit its PYTEST_XDIST_WORKER, even
+    once orphaned), not the other worker's."""
+    marker = f"PYTEST_XDIST_WORKER={WORKER}\0".encode()
     pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 cmdline = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace")
+                ours = not WORKER or marker in open(f"/proc/{entry}/environ", "rb").read()
             except OSError:
                 continue
-            if matches(cmdline):
+            if matches(cmdline) and ours:
                 pids.append(int(entry))
     return pids
 
