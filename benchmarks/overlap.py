@@ -4,7 +4,7 @@ loop, side by side in one run, on the same cores.
 For each recipe: the same model and settings, `--steps` RL steps of each loop, each loop in a
 fresh process, one after the other (nothing else should run): lock-step in one process with
 `--threads` torch threads; overlapped with k = 1, the sampler process and the trainer with
-`--threads` / 2 threads each (on 2 cores: one each). Every step is timed; the first `--warmup`
+`--threads` / 2 threads each (on 2 cores: one each; `--sampler-threads N` gives the sampler N). Every step is timed; the first `--warmup`
 steps (worker and sampler-process start, the engines' JIT) are left out of the medians. Printed
 and appended to benchmarks/results/overlap.csv: the median step, steps per hour, and the ratio
 (overlapped / lock-step steps per hour: > 1 means overlap is faster), with where each step's time
@@ -77,6 +77,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2, help="cores given to each loop")
+    parser.add_argument("--sampler-threads", type=int, help="the sampler process's threads (default: half)")
     parser.add_argument("--set", action="append", default=[], help="a recipe override for both loops")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "overlap.csv"))
     parser.add_argument("--child-overlap", help=argparse.SUPPRESS)
@@ -85,11 +86,13 @@ def main() -> None:
     if args.child_overlap is not None:
         return child(args)
     half = max(1, args.threads // 2)
-    overlapped = f"{{staleness: 1, sampler_threads: {half}, trainer_threads: {half}}}"
+    sampler = args.sampler_threads or half
+    overlapped = f"{{staleness: 1, sampler_threads: {sampler}, trainer_threads: {half}}}"
     lock = summary(measure(args, "null", args.threads), args.warmup)
     ahead = summary(measure(args, overlapped, half), args.warmup)
     row = {"recipe": Path(args.recipe).stem, "cpus": os.cpu_count(), "commit": commit(), "steps": args.steps,
-           "warmup": args.warmup, "threads": args.threads, "overrides": " ".join(args.set),
+           "warmup": args.warmup, "threads": args.threads,
+           "sampler_threads": sampler, "overrides": " ".join(args.set),
            **{f"lockstep_{k}": v for k, v in lock.items()}, **{f"overlap_{k}": v for k, v in ahead.items()},
            "speedup": round(ahead["steps_per_hour"] / lock["steps_per_hour"], 2)}
     print(json.dumps(row, indent=1))
