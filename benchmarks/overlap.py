@@ -4,8 +4,9 @@ loop, side by side in one run, on the same cores.
 For each recipe: the same model and settings, `--steps` RL steps of each loop, each loop in a
 fresh process, one after the other (nothing else should run): lock-step in one process with
 `--threads` torch threads; overlapped with k = 1, the sampler process and the trainer with
-`--threads` / 2 threads each (on 2 cores: one each; `--sampler-threads N` gives the sampler N). Every step is timed; the first `--warmup`
-steps (worker and sampler-process start, the engines' JIT) are left out of the medians. Printed
+`--threads` / 2 threads each (on 2 cores: one each; `--sampler-threads N` gives the sampler N).
+Every step is timed; the first `--warmup` steps (worker and sampler-process start, the engines'
+JIT) are left out of the medians. Printed
 and appended to benchmarks/results/overlap.csv: the median step, steps per hour, and the ratio
 (overlapped / lock-step steps per hour: > 1 means overlap is faster), with where each step's time
 went (lock-step: generation, environments, update; overlapped: the trainer's wait for rollouts
@@ -91,8 +92,7 @@ def main() -> None:
     lock = summary(measure(args, "null", args.threads), args.warmup)
     ahead = summary(measure(args, overlapped, half), args.warmup)
     row = {"recipe": Path(args.recipe).stem, "cpus": os.cpu_count(), "commit": commit(), "steps": args.steps,
-           "warmup": args.warmup, "threads": args.threads,
-           "sampler_threads": sampler, "overrides": " ".join(args.set),
+           "warmup": args.warmup, "threads": args.threads, "sampler_threads": sampler, "overrides": " ".join(args.set),
            **{f"lockstep_{k}": v for k, v in lock.items()}, **{f"overlap_{k}": v for k, v in ahead.items()},
            "speedup": round(ahead["steps_per_hour"] / lock["steps_per_hour"], 2)}
     print(json.dumps(row, indent=1))
