@@ -236,8 +236,12 @@ compare-estimators: $(STAMP)  ## GRPO / RLOO / GiGPO / GAGPO / PPO over SEEDS (a
 # runs/testbed/SETTING/{summary.md,summary.json,curves.png}, copied to benchmarks/results/testbed-SETTING.*;
 # benchmarks/results/testbed.md is the report over every setting. COLDSTART_SET overrides the cold
 # start's settings only (COLDSTART_SET="env.key_choices=1": demonstrations with one key per chest).
+# TESTBED_ARGS are passed as they are to both, for a value with spaces in it:
+# TESTBED_ARGS='--set "prompt.template=\"Task: {task}\nHistory: {history}\nObservation: {observation}\""'.
 SETTING ?= base
 TESTBED_SET ?=
+TESTBED_ARGS ?=
+export TESTBED_ARGS
 COLDSTART_SET ?=
 TESTBED_OVERRIDES = $(foreach item,$(TESTBED_SET),--set $(item))
 TESTBED_METHODS ?= --method "sft:rl.steps=0" --method "grpo:" --method "gigpo:rl.advantage={type: gigpo}" \
@@ -246,14 +250,14 @@ GCD = {type: gcd, labels: [rules, env], pairs_per_step: 16, eval_pairs: 40}
 GCD_METHODS = --method "sft:rl.steps=0;rl.aux=[$(GCD)]" --method "grpo:" --method "grpo+gcd:rl.aux=[$(GCD)]"
 testbed: $(STAMP)  ## GRPO / GiGPO / GAGPO on the testbed over SEEDS (SETTING=name TESTBED_SET="env.k=v ...")
 	$(VENV)/bin/agentrl run recipes/testbed.yaml --set run_dir=runs/testbed/$(SETTING)/coldstart \
-		--set model.path=runs/testbed/$(SETTING)/coldstart/model-init $(TESTBED_OVERRIDES) \
+		--set model.path=runs/testbed/$(SETTING)/coldstart/model-init $(TESTBED_OVERRIDES) $(TESTBED_ARGS) \
 		$(foreach item,$(COLDSTART_SET),--set $(item)) --set rl.steps=0
 	$(VENV)/bin/agentrl compare recipes/testbed.yaml --model runs/testbed/$(SETTING)/coldstart/sft/model \
-		--out runs/testbed/$(SETTING) --seeds $(SEEDS) $(TESTBED_OVERRIDES) $(TESTBED_METHODS)
+		--out runs/testbed/$(SETTING) --seeds $(SEEDS) $(TESTBED_OVERRIDES) $(TESTBED_ARGS) $(TESTBED_METHODS)
 	cp runs/testbed/$(SETTING)/summary.md benchmarks/results/testbed-$(SETTING).md
 	cp runs/testbed/$(SETTING)/summary.json benchmarks/results/testbed-$(SETTING).json
 	cp runs/testbed/$(SETTING)/curves.png benchmarks/results/testbed-$(SETTING)-curves.png
-	$(PY) -c 'import json, sys; print(json.dumps({"set": sys.argv[1], "coldstart_set": sys.argv[3], "sft": json.load(open(sys.argv[2]))}, indent=1))' \
+	$(PY) -c 'import json, os, sys; print(json.dumps({"set": " ".join([sys.argv[1], os.environ["TESTBED_ARGS"]]).strip(), "coldstart_set": sys.argv[3], "sft": json.load(open(sys.argv[2]))}, indent=1))' \
 		"$(TESTBED_SET)" runs/testbed/$(SETTING)/coldstart/eval/sft/results.json "$(COLDSTART_SET)" > benchmarks/results/testbed-$(SETTING)-coldstart.json
 	$(PY) benchmarks/testbed_table.py
 	$(PY) benchmarks/readme_tables.py

@@ -75,6 +75,8 @@ BAD_RECIPES = [
     ("negative staleness", None, ["--set", "rl.overlap.staleness=-1"], "rl.overlap.staleness: Input should be greater"),
     ("vllm option under hf", None, ["--set", "rl.sampler.kv_cache_gib=4"], "rl.sampler.kv_cache_gib: Extra inputs"),
     ("template placeholder", with_(prompt__template="{task} {nope}"), [], "prompt.template"),
+    ("window never shown", with_(prompt__template="{task} {observation}", prompt__history_length=2), [],
+     "recipe.yaml: prompt: Value error, history_length is 2 but template has no {history} placeholder"),
     ("missing plugin file", None, ["--import", "nowhere/plugin.py"], "plugin file"),
     ("imports not a list", with_(imports="my_plugin.py"), [], "recipe.yaml: imports: a list"),
 ]

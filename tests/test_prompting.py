@@ -96,4 +96,4 @@ def test_the_environments_memory_fills_its_placeholder():
     assert "Notes: Not visited: bed 1. Holding: nothing.\n" in text and text.endswith("Actions: look; go to: bed 1")
     obs.memory = None
     assert "Notes: (none)\n" in render_prompt(template, obs, [], 3, 0)
-    PromptConfig(template=template)  # a known placeholder
+    PromptConfig(template=template, history_length=0)  # a known placeholder

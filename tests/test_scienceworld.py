@@ -209,7 +209,7 @@ def test_retries_judged_by_the_engine_play_the_first_move_it_takes(scienceworld_
 
     moves = ["fly to the moon", "look around", "pick up the sun", "dance", "inventory"]
     config = ScienceWorldEnvConfig(splits_dir=scienceworld_splits, max_steps=3, gold_path=False, reject_unparsed=True)
-    prompt, sampling = PromptConfig(template="{task} {observation}"), SamplingConfig(retries=1)
+    prompt, sampling = PromptConfig(template="{task} {observation}", history_length=0), SamplingConfig(retries=1)
     with EnvPool(config, EnvPoolConfig(workers=1)) as pool:
         played = {mode: collect(pool, Typist(moves), tokenizer, ["find-living-thing/202"], 1, prompt, sampling,
                                 mode=mode)[0] for mode in ("lockstep", "async")}

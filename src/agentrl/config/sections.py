@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentrl.prompting import DEFAULT_TEMPLATE, DEFAULT_TURN_TEMPLATE, TEMPLATE_FIELDS
 from agentrl.registry import ACTORS
@@ -54,7 +54,8 @@ class PromptConfig(Section):
     (the environment's record of the episode, where it keeps one: `env.memory` of ALFWorld and
     ScienceWorld)."""
     history_length: int = Field(2, ge=0)
-    """How many past (observation, action) pairs the prompt shows."""
+    """How many past (observation, action) pairs the prompt shows, through `{history}` (a template
+    without it is refused unless this is 0)."""
     full_history: bool = False
     """The whole episode as one growing chat, token in, token out: the first prompt is `template`
     (history "(none)"), each later one the previous prompt, the tokens sampled for its response and
@@ -82,6 +83,14 @@ class PromptConfig(Section):
         except (KeyError, IndexError, ValueError) as err:
             raise ValueError(f"template placeholders must be among {TEMPLATE_FIELDS}: {err!r}") from None
         return template
+
+    @model_validator(mode="after")
+    def _history_shown(self):
+        """A window the template never shows would be a silent no-op: refused."""
+        if self.history_length and not self.full_history and "{history}" not in self.template:
+            raise ValueError(f"history_length is {self.history_length} but template has no {{history}} placeholder, "
+                             f"so no earlier step would be shown: set history_length: 0 or add {{history}}")
+        return self
 
 
 class SamplingConfig(Section):
