@@ -388,6 +388,8 @@ MUTANTS = [
     Mutant("scienceworld: action templates read before a task is loaded (the engine's error message)",
            "src/agentrl/envs/scienceworld/env.py", "if not self.templates:  # before",
            "if False:  # before", ["test_scienceworld.py"]),
+    Mutant("rl: a run of no steps exports a model it never trained (no checkpoint: a traceback)",
+           "src/agentrl/trainer.py", "if main and self.step:", "if main:", ["test_compare.py"]),
     Mutant("config: a history window the template never shows is accepted (a silent no-op)",
            "src/agentrl/config/sections.py", 'and "{history}" not in self.template',
            'and "{history}" not in self.template and False', ["test_failures.py"]),

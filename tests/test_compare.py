@@ -202,13 +202,18 @@ def _success_from_files(run_dir: Path, split: str) -> float:
     return sum(t.success for t in trajectories) / len(trajectories)
 
 
-def test_two_methods_two_seeds_end_to_end(good_model_dir, tmp_path, capsys):
+def _twostep_recipe(tmp_path) -> Path:
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(json.dumps({
         "imports": ["twostep"], "env": {"type": "twostep"},
         "prompt": {"template": twostep.TEMPLATE, "history_length": 1}, "sampling": {"max_new_tokens": 24},
         "rl": {"steps": 2, "tasks_per_step": 2, "group_size": 2, "optim": {"lr": 1e-7}},
         "eval": {"episodes": 4, "splits": ["l0", "l1"]}}))
+    return recipe
+
+
+def test_two_methods_two_seeds_end_to_end(good_model_dir, tmp_path, capsys):
+    recipe = _twostep_recipe(tmp_path)
     out = tmp_path / "cmp"
     # "mute" is worse by construction: 2 new tokens cannot hold an <action> tag, so it never acts.
     command = ["compare", str(recipe), "--model", str(good_model_dir), "--seeds", "1", "2", "--out", str(out),
@@ -257,6 +262,16 @@ def test_two_methods_two_seeds_end_to_end(good_model_dir, tmp_path, capsys):
     named = tmp_path / "named"
     assert main(["compare", "--runs", f"good={out / 'good'}", "--runs", f"mute={out / 'mute'}", "--out", str(named)]) == 0
     assert json.loads((named / "summary.json").read_text())["pairs"] == summary["pairs"]
+
+
+def test_a_method_of_no_rl_steps_evaluates_the_starting_model(good_model_dir, tmp_path):
+    """`make testbed`'s `sft:rl.steps=0`: the cold start evaluated at each seed, nothing trained to export."""
+    out = tmp_path / "cmp"
+    assert main(["compare", str(_twostep_recipe(tmp_path)), "--model", str(good_model_dir), "--seeds", "1",
+                 "2", "--out", str(out), "--method", "sft:rl.steps=0"]) == 0
+    for seed in (1, 2):
+        run = out / "sft" / f"seed{seed}"
+        assert _success_from_files(run, "l0") > 0 and not (run / "model").exists()
 
 
 def test_compare_input_errors_exit_2(tmp_path, capsys):

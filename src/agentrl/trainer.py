@@ -368,7 +368,7 @@ class RLTrainer:
                               f"{metrics['timing_s/step']:.1f} s", flush=True)
             if main and not results:  # resumed at the last step: the final evaluation again
                 results = self.evaluate()
-            if main:
+            if main and self.step:  # rl.steps: 0 evaluates the starting model and trains nothing to export
                 export_final(self.run_dir, self.model_path, self.config.model.dtype)
         finally:
             if tracker is not None:
