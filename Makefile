@@ -280,19 +280,18 @@ testbed-overlap: $(STAMP)  ## lock-step vs overlapped (k=1) GRPO and GiGPO on th
 	$(MAKE) testbed SETTING=$(SETTING)-overlap TESTBED_SET="$(TESTBED_SET)" TESTBED_METHODS='$(OVERLAP_METHODS)'
 
 # Memory on the testbed's revisit setting (3 doors, half the rooms unhinted, slack for several dead
-# ends): the 2-step window (the template shows {history}), full history (prompt.full_history) and no
-# history, each its own cold start and GRPO over SEEDS; then every pair, paired by seed, in
-# benchmarks/results/testbed-history.{md,json}.
+# ends): the 2-step window (a template that shows {history}) against full history
+# (prompt.full_history), each its own cold start and GRPO over SEEDS; then every pair, paired by
+# seed, in benchmarks/results/testbed-history.{md,json}.
 HISTORY_ENV = env.doors=3 env.hint_rate=0.5 env.slack=6
 HISTORY_METHODS = --method "sft:rl.steps=0" --method "grpo:"
 WINDOW_TEMPLATE = --set "prompt.template=\"Task: {task}\nHistory:\n{history}\nObservation: {observation}\nActions: {actions}\""
-testbed-history: $(STAMP)  ## full history vs the 2-step window vs none on the testbed over SEEDS
+testbed-history: $(STAMP)  ## full history vs the 2-step window on the testbed over SEEDS
 	$(MAKE) testbed SETTING=revisit-window TESTBED_SET="$(HISTORY_ENV) prompt.history_length=2" \
 		TESTBED_ARGS='$(WINDOW_TEMPLATE)' TESTBED_METHODS='$(HISTORY_METHODS)'
 	$(MAKE) testbed SETTING=revisit-full TESTBED_SET="$(HISTORY_ENV) prompt.full_history=true" TESTBED_METHODS='$(HISTORY_METHODS)'
-	$(MAKE) testbed SETTING=revisit-none TESTBED_SET="$(HISTORY_ENV)" TESTBED_METHODS='$(HISTORY_METHODS)'
-	$(VENV)/bin/agentrl compare $(foreach s,full window none,--runs $(s)=runs/testbed/revisit-$(s)/grpo) \
-		$(foreach s,full window none,--runs $(s)-sft=runs/testbed/revisit-$(s)/sft) --out runs/testbed/revisit-history
+	$(VENV)/bin/agentrl compare $(foreach s,full window,--runs $(s)=runs/testbed/revisit-$(s)/grpo) \
+		$(foreach s,full window,--runs $(s)-sft=runs/testbed/revisit-$(s)/sft) --out runs/testbed/revisit-history
 	cp runs/testbed/revisit-history/summary.md benchmarks/results/testbed-history.md
 	cp runs/testbed/revisit-history/summary.json benchmarks/results/testbed-history.json
 
