@@ -11,7 +11,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-cpu-gagpo45 alfworld-cpu-filter alfworld-smollm2 scienceworld-cpu FORCE testbed testbed-gcd testbed-overlap test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd overlap-seeds mutants clean \
+.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-cpu-gagpo45 alfworld-cpu-filter alfworld-smollm2 scienceworld-cpu FORCE testbed testbed-gcd testbed-overlap testbed-history test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd overlap-seeds mutants clean \
 	pipeline sft rl eval plan
 
 help:  ## this list
@@ -278,6 +278,22 @@ OVERLAP_METHODS = --method "grpo:" --method "grpo-k1:rl.overlap=$(OVERLAP)" --me
 	--method "grpo-k1-tis:rl.overlap=$(OVERLAP);rl.old_logprobs=actor;rl.tis_cap=2.0"
 testbed-overlap: $(STAMP)  ## lock-step vs overlapped (k=1) GRPO and GiGPO on the testbed over SEEDS (SETTING=name TESTBED_SET="...")
 	$(MAKE) testbed SETTING=$(SETTING)-overlap TESTBED_SET="$(TESTBED_SET)" TESTBED_METHODS='$(OVERLAP_METHODS)'
+
+# Memory on the testbed's revisit setting (3 doors, half the rooms unhinted, slack for several dead
+# ends): the 2-step window (a template that shows {history}) against full history
+# (prompt.full_history), each its own cold start and GRPO over SEEDS; then every pair, paired by
+# seed, in benchmarks/results/testbed-history.{md,json}.
+HISTORY_ENV = env.doors=3 env.hint_rate=0.5 env.slack=6
+HISTORY_METHODS = --method "sft:rl.steps=0" --method "grpo:"
+WINDOW_TEMPLATE = --set "prompt.template=\"Task: {task}\nHistory:\n{history}\nObservation: {observation}\nActions: {actions}\""
+testbed-history: $(STAMP)  ## full history vs the 2-step window on the testbed over SEEDS
+	$(MAKE) testbed SETTING=revisit-window TESTBED_SET="$(HISTORY_ENV) prompt.history_length=2" \
+		TESTBED_ARGS='$(WINDOW_TEMPLATE)' TESTBED_METHODS='$(HISTORY_METHODS)'
+	$(MAKE) testbed SETTING=revisit-full TESTBED_SET="$(HISTORY_ENV) prompt.full_history=true" TESTBED_METHODS='$(HISTORY_METHODS)'
+	$(VENV)/bin/agentrl compare $(foreach s,full window,--runs $(s)=runs/testbed/revisit-$(s)/grpo) \
+		$(foreach s,full window,--runs $(s)-sft=runs/testbed/revisit-$(s)/sft) --out runs/testbed/revisit-history
+	cp runs/testbed/revisit-history/summary.md benchmarks/results/testbed-history.md
+	cp runs/testbed/revisit-history/summary.json benchmarks/results/testbed-history.json
 
 # GRPO vs GRPO + GCD (generative judge, and the value-head classifier ablation) and GiGPO + GCD
 # from one cold start with judgment data, SEEDS each, equal budget, plus the coupling lab on
