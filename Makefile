@@ -282,7 +282,7 @@ testbed-overlap: $(STAMP)  ## lock-step vs overlapped (k=1) GRPO and GiGPO on th
 # Memory on the testbed's revisit setting (3 doors, half the rooms unhinted, slack for several dead
 # ends): the 2-step window (a template that shows {history}) against full history
 # (prompt.full_history), each its own cold start and GRPO over SEEDS; then every pair, paired by
-# seed, in benchmarks/results/testbed-history.{md,json}.
+# seed, in benchmarks/results/history-revisit.{md,json}.
 HISTORY_ENV = env.doors=3 env.hint_rate=0.5 env.slack=6
 HISTORY_METHODS = --method "sft:rl.steps=0" --method "grpo:"
 WINDOW_TEMPLATE = --set "prompt.template=\"Task: {task}\nHistory:\n{history}\nObservation: {observation}\nActions: {actions}\""
@@ -292,8 +292,8 @@ testbed-history: $(STAMP)  ## full history vs the 2-step window on the testbed o
 	$(MAKE) testbed SETTING=revisit-full TESTBED_SET="$(HISTORY_ENV) prompt.full_history=true" TESTBED_METHODS='$(HISTORY_METHODS)'
 	$(VENV)/bin/agentrl compare $(foreach s,full window,--runs $(s)=runs/testbed/revisit-$(s)/grpo) \
 		$(foreach s,full window,--runs $(s)-sft=runs/testbed/revisit-$(s)/sft) --out runs/testbed/revisit-history
-	cp runs/testbed/revisit-history/summary.md benchmarks/results/testbed-history.md
-	cp runs/testbed/revisit-history/summary.json benchmarks/results/testbed-history.json
+	cp runs/testbed/revisit-history/summary.md benchmarks/results/history-revisit.md
+	cp runs/testbed/revisit-history/summary.json benchmarks/results/history-revisit.json
 
 # GRPO vs GRPO + GCD (generative judge, and the value-head classifier ablation) and GiGPO + GCD
 # from one cold start with judgment data, SEEDS each, equal budget, plus the coupling lab on
