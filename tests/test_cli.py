@@ -124,8 +124,8 @@ def test_run_pipeline_end_to_end_and_rerun_skips_done_phases(tmp_path, capsys):
     carried = json.loads((tmp_path / "exported" / "agentrl_prompt.json").read_text())
     assert carried["template"] == COMPACT and carried["history_length"] == 1
     assert json.loads((run / "sft" / "model" / "agentrl_prompt.json").read_text()) == carried
-    other = recipe(tmp_path, prompt={"template": "Do: {task}\n{observation}\n{actions}", "history_length": 1},
-                   eval={"episodes": 1, "splits": ["l0"]})
+    other = recipe(tmp_path, prompt={"template": "Do: {task}\n{history}\n{observation}\n{actions}",
+                                     "history_length": 1}, eval={"episodes": 1, "splits": ["l0"]})
     capsys.readouterr()
     assert main(["eval", str(other), "--checkpoint", str(tmp_path / "exported"), "--out", str(tmp_path / "ev2")]) == 0
     assert "trained with other prompt settings (prompt.template)" in capsys.readouterr().out
