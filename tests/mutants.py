@@ -160,6 +160,13 @@ MUTANTS = [
            "return self._played(action, text)", ["test_scienceworld.py"]),
     Mutant("scienceworld: moves rejected without reject_unparsed", "src/agentrl/envs/scienceworld/env.py",
            "        if not self.reject_unparsed:\n            return self.step(action)\n", "", ["test_scienceworld.py"]),
+    Mutant("scienceworld: env.failure_penalty ignored (a failure always costs 100 points)",
+           "src/agentrl/envs/scienceworld/env.py",
+           "reward = (self.score if self.failure_penalty else max(self.score, 0)) - previous",
+           "reward = self.score - previous", ["test_scienceworld.py"]),
+    Mutant("scienceworld: with the penalty off a failure keeps the points held",
+           "src/agentrl/envs/scienceworld/env.py", "else max(self.score, 0)) - previous",
+           "else max(self.score, previous)) - previous", ["test_scienceworld.py"]),
     Mutant("records: the rejected tries of a step not read back", "src/agentrl/rollout/records.py",
            'rejected=s.get("rejected", 0))', "rejected=0)", ["test_scienceworld.py"]),
     # --- full-history episodes (prompt.full_history) ---------------------------------------------

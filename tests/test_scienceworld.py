@@ -104,6 +104,24 @@ def test_gold_paths_score_100_across_tasks(env):
     assert len(solved) >= len(games) - 1, f"gold paths solved {solved} of {games}"
 
 
+def test_a_failed_task_costs_the_engine_s_100_points_or_with_the_penalty_off_the_points_held(env):
+    """Focusing on a non-living thing fails find-living-thing: the engine scores -100 and the
+    episode ends. By default the step is rewarded -100 less the 17 points the walk had earned (a
+    return of -100); with `failure_penalty` off it takes back only those points (a return of 0,
+    the score clipped at 0)."""
+    for penalty, returned in ((True, -100.0), (False, 0.0)):
+        env.failure_penalty = penalty
+        try:
+            env.reset("find-living-thing/202")
+            rewards = [env.step(action).reward for action in ("teleport to kitchen", "look around")]
+            result = env.step("focus on sink")
+        finally:
+            env.failure_penalty = True
+        assert rewards == [17.0, 0.0], rewards
+        assert result.done and not result.success and result.info["score"] == -100
+        assert sum(rewards) + result.reward == returned, penalty
+
+
 def test_the_notebook_keeps_the_rooms_and_the_moves_a_window_loses(env):
     """env.memory: the notebook follows the agent from room to room and keeps the moves that were
     carried out (not getting about or looking around), in order; what the engine did not

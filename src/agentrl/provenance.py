@@ -76,7 +76,7 @@ def plugin_fingerprints(config: Config) -> dict[str, str]:
 
 
 OLD_BEHAVIOUR = {"rl.mini_batch_order": "shuffled", "env.memory": False, "env.expert_teleports": False,
-                 "env.reject_unparsed": False, "prompt.full_history": False, "dagger.prompt.full_history": False,
+                 "env.reject_unparsed": False, "env.failure_penalty": True, "prompt.full_history": False, "dagger.prompt.full_history": False,
                  "prompt.turn_template": DEFAULT_TURN_TEMPLATE, "dagger.prompt.turn_template": DEFAULT_TURN_TEMPLATE,
                  "rl.coupling_every": 0, "rl.coupling_pairs": 8, "rl.coupling_lr": 0.001}
 """Settings added since runs were first recorded whose default is not None, each with the value

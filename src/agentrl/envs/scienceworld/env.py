@@ -2,7 +2,8 @@
 
 One JVM per environment (heap bounded by `jvm_heap`; py4j's `die_on_exit` ends it when its Python
 process goes, crash or Ctrl-C included). Reward is the score delta (score 0..100, -100 when the
-agent fails, e.g. focusing on the wrong object, which ends the episode); success means score 100.
+agent fails, e.g. focusing on the wrong object, which ends the episode; 0 with `failure_penalty`
+off); success means score 100.
 The expert replays the gold path generated at load.
 
 Prompts: a state has hundreds of valid actions (median ~8.7k characters as a flat list), and the
@@ -79,6 +80,12 @@ class ScienceWorldEnvConfig(Section):
     """A move the engine's parser does not understand (or a reply with no action) is rejected
     rather than played (`try_step`): nothing changes, no step is counted, and with
     `sampling.retries` the policy samples again. False: it is played as a no-op step."""
+    failure_penalty: bool = True
+    """A failed task (the engine's score -100, e.g. after focusing on the wrong object, which ends
+    the episode) is rewarded as the engine scores it: -100 less the points held. False: it counts
+    0, so an episode's return is its score clipped at 0, the figure ScienceWorld's paper averages
+    (`agentrl compare --metric score`), and RL ranks a group's episodes by the points they reached
+    rather than first by whether they failed."""
 
     @model_validator(mode="after")
     def _teleport_exists(self):
@@ -168,7 +175,7 @@ class ScienceWorldEnv:
                  simplification: str = "easy", jvm_heap: str = "512m", objects_budget: int = 1500,
                  valid_actions: bool = False, jvm_options: str = "", gold_path: bool = True,
                  train_task_types: list[str] | None = None, expert_teleports: bool = False, memory: bool = False,
-                 reject_unparsed: bool = False):
+                 reject_unparsed: bool = False, failure_penalty: bool = True):
         from scienceworld import ScienceWorldEnv as Engine
 
         logging.getLogger("py4j").setLevel(logging.CRITICAL)  # a dead JVM floods the log otherwise
@@ -177,6 +184,7 @@ class ScienceWorldEnv:
         self.simplification, self.objects_budget, self.valid_actions = simplification, objects_budget, valid_actions
         self.gold_path, self.train_task_types = gold_path, train_task_types
         self.expert_teleports, self.memory, self.reject_unparsed = expert_teleports, memory, reject_unparsed
+        self.failure_penalty = failure_penalty
         previous = os.environ.get("JAVA_TOOL_OPTIONS")
         os.environ["JAVA_TOOL_OPTIONS"] = f"-Xmx{jvm_heap} {jvm_options}".strip()  # read by the JVM launched now
         try:
@@ -263,7 +271,7 @@ class ScienceWorldEnv:
         if action is not None:
             self.score = int(round(100 * self._server.getScore()))  # the engine's 0..1 as 0..100
             engine_done = bool(self._server.getCompleted())
-        reward = self.score - previous
+        reward = (self.score if self.failure_penalty else max(self.score, 0)) - previous
         self.notebook.record(action, text)
         understood = action is not None and not text.startswith(NOT_UNDERSTOOD)
         success = self.score >= 100
