@@ -122,6 +122,30 @@ def test_a_failed_task_costs_the_engine_s_100_points_or_with_the_penalty_off_the
         assert sum(rewards) + result.reward == returned, penalty
 
 
+def test_the_penalty_changes_the_reward_not_the_expert_data(scienceworld_splits, tmp_path, capsys):
+    """`env.failure_penalty` shapes only the reward: expert data made with it on is reused with it
+    off (so `make scienceworld-cpu` keeps its data, tokenizer and SFT model), while another `env`
+    field still remakes the data."""
+    import yaml
+
+    from agentrl.cli import main
+
+    recipe = tmp_path / "sw.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "run_dir": str(tmp_path / "run"),
+        "env": {"type": "scienceworld", "splits_dir": scienceworld_splits, "max_steps": 10,
+                "train_task_types": ["lifespan-longest-lived"]},
+        "prompt": {"template": "{task} {observation}", "history_length": 0}}))
+    out = tmp_path / "expert.jsonl"
+    data = ["data", str(recipe), "--out", str(out), "--episodes", "1"]
+    assert main(data) == 0 and out.is_file()
+    made = out.stat().st_mtime_ns
+    assert main([*data, "--set", "env.failure_penalty=false"]) == 0
+    assert "done earlier with the same settings, reused" in capsys.readouterr().err and out.stat().st_mtime_ns == made
+    assert main([*data, "--set", "env.failure_penalty=false", "--set", "env.max_steps=12"]) == 0
+    assert "settings changed (env.max_steps: 10 -> 12), redoing" in capsys.readouterr().err
+
+
 def test_the_notebook_keeps_the_rooms_and_the_moves_a_window_loses(env):
     """env.memory: the notebook follows the agent from room to room and keeps the moves that were
     carried out (not getting about or looking around), in order; what the engine did not

@@ -103,13 +103,21 @@ def expert_data(config: Config, out: str | Path, episodes: int, judgments: int =
     return stats
 
 
+def text_settings(config: Config) -> dict[str, object]:
+    """What the expert's episodes (and a tokenizer learnt from their text) depend on: the seed,
+    the environment and the prompt, less the environment's fields that change only the reward
+    (its config's `reward_only`)."""
+    reward_only = tuple(f"env.{name}" for name in getattr(config.env, "reward_only", ()))
+    return config_settings(config, "seed", "env", "prompt", exclude=reward_only)
+
+
 def expert_data_once(config: Config, out: str | Path, episodes: int, judgments: int = 0, split: str = "train",
                      say=print) -> dict | None:
     """`expert_data` (`agentrl data`), unless `out` holds what the same settings made (recorded in
     its folder's phases.json): then None. Settings elsewhere in the recipe do not remake it."""
     out = Path(out)
     sft_config = config.sft or SFTConfig()
-    settings = {**config_settings(config, "seed", "env", "prompt"), **plugin_fingerprints(config),
+    settings = {**text_settings(config), **plugin_fingerprints(config),
                 "episodes": episodes, "judgments": judgments, "split": split,
                 "sft.detours": sft_config.detours, "sft.keep_failed": sft_config.keep_failed}
     phases, name = Phases(out.parent, say), f"expert data {out.name}"
@@ -340,7 +348,7 @@ def _until_sft(config: Config, restart: bool) -> dict:
     model_path, plugins = config.model.path, plugin_fingerprints(config)
     seconds: dict[str, float] = {}  # of the phases run now
     if config.init is not None:
-        settings = {**config_settings(config, "seed", "init", "env", "prompt"), **plugins, "model.path": model_path}
+        settings = {**text_settings(config), **config_settings(config, "init"), **plugins, "model.path": model_path}
         if config.init.corpus is not None:
             settings["init.corpus.fingerprint"] = _file_fingerprint(Path(config.init.corpus))
         if not phases.reusable("init", settings, (Path(model_path) / "config.json").exists()):
@@ -363,8 +371,8 @@ def _until_sft(config: Config, restart: bool) -> dict:
         data_settings = {"sft.data": str(data), "sft.data.fingerprint": _file_fingerprint(data)}
     else:
         data = sft_dir / "data.jsonl"
-        data_settings = {**config_settings(config, "seed", "env", "prompt", "sft.episodes", "sft.judgments",
-                                         "sft.detours", "sft.keep_failed"),
+        data_settings = {**text_settings(config), **config_settings(config, "sft.episodes", "sft.judgments",
+                                                                      "sft.detours", "sft.keep_failed"),
                          **plugins}
         if not phases.reusable("expert data", data_settings, data.exists()):
             data.parent.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -43,6 +43,9 @@ class ScienceWorldEnvConfig(Section):
 
     type: Literal["scienceworld"] = "scienceworld"
     """Environment name in the registry."""
+    reward_only: ClassVar[tuple[str, ...]] = ("failure_penalty",)
+    """Fields that change only the reward: the expert's episodes (and a tokenizer learnt from
+    them) do not depend on them, so changing one does not remake them (`pipeline.text_settings`)."""
     splits_dir: str | None = None
     """Folder holding L0_idx.json, L1_idx.json, L2_idx.json ({"train": [[task, variation], ...],
     "test": [...]}); the L0/L1/L2 evaluation splits are their "test" lists."""
