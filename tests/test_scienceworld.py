@@ -123,9 +123,9 @@ def test_a_failed_task_costs_the_engine_s_100_points_or_with_the_penalty_off_the
 
 
 def test_the_penalty_changes_the_reward_not_the_expert_data(scienceworld_splits, tmp_path, capsys):
-    """`env.failure_penalty` shapes only the reward: expert data made with it on is reused with it
-    off (so `make scienceworld-cpu` keeps its data, tokenizer and SFT model), while another `env`
-    field still remakes the data."""
+    """`env.failure_penalty` and `prompt.invalid_penalty` shape only the reward: expert data made
+    with one setting is reused with another (so `make scienceworld-cpu` keeps its data, tokenizer
+    and SFT model), while another `env` field still remakes the data."""
     import yaml
 
     from agentrl.cli import main
@@ -140,7 +140,7 @@ def test_the_penalty_changes_the_reward_not_the_expert_data(scienceworld_splits,
     data = ["data", str(recipe), "--out", str(out), "--episodes", "1"]
     assert main(data) == 0 and out.is_file()
     made = out.stat().st_mtime_ns
-    assert main([*data, "--set", "env.failure_penalty=false"]) == 0
+    assert main([*data, "--set", "env.failure_penalty=false", "--set", "prompt.invalid_penalty=0.5"]) == 0
     assert "done earlier with the same settings, reused" in capsys.readouterr().err and out.stat().st_mtime_ns == made
     assert main([*data, "--set", "env.failure_penalty=false", "--set", "env.max_steps=12"]) == 0
     assert "settings changed (env.max_steps: 10 -> 12), redoing" in capsys.readouterr().err

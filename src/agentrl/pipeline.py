@@ -105,9 +105,10 @@ def expert_data(config: Config, out: str | Path, episodes: int, judgments: int =
 
 def text_settings(config: Config) -> dict[str, object]:
     """What the expert's episodes (and a tokenizer learnt from their text) depend on: the seed,
-    the environment and the prompt, less the environment's fields that change only the reward
-    (its config's `reward_only`)."""
-    reward_only = tuple(f"env.{name}" for name in getattr(config.env, "reward_only", ()))
+    the environment and the prompt, less their fields that change only the reward (each
+    section's `reward_only`: ScienceWorld's failure_penalty, the prompt's invalid_penalty)."""
+    reward_only = tuple(f"{section}.{name}" for section in ("env", "prompt")
+                        for name in getattr(getattr(config, section), "reward_only", ()))
     return config_settings(config, "seed", "env", "prompt", exclude=reward_only)
 
 

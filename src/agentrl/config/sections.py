@@ -3,7 +3,7 @@ evaluation; and `Section`, the base of every config class (built-in or a plugin'
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -49,6 +49,8 @@ class TinyModelConfig(Section):
 
 
 class PromptConfig(Section):
+    reward_only: ClassVar[tuple[str, ...]] = ("invalid_penalty",)
+    """Fields that change only the reward, not the expert's episodes (`pipeline.text_settings`)."""
     template: str = DEFAULT_TEMPLATE
     """Per-step prompt; placeholders {task} {step} {history} {observation} {actions} {memory}
     (the environment's record of the episode, where it keeps one: `env.memory` of ALFWorld and
