@@ -664,6 +664,11 @@ MUTANTS = [
            "src/agentrl/envs/pool.py", "self.timeouts[command] * len(slots)", "self.timeouts[command]", ["test_pool.py"]),
     Mutant("score: a failed task's negative return not clipped at 0", "src/agentrl/rollout/types.py",
            "return max(0.0, self.episode_reward)", "return self.episode_reward", ["test_evaluate.py", *COMPARE]),
+    Mutant("eval: eval.batch_size ignored, a split's episodes all at once (an environment each)",
+           "src/agentrl/evaluate.py", "size = eval_cfg.batch_size or max(len(tasks), 1)", "size = max(len(tasks), 1)",
+           ["test_evaluate.py"]),
+    Mutant("eval: each batch's group ids start at 0", "src/agentrl/evaluate.py", "first_group_id=start,",
+           "first_group_id=0,", ["test_evaluate.py"]),
     # --- overlapped generation and training (rl.overlap) ---------------------------------------------
     Mutant("overlap: the trainer's environment pool started with the trainer, idle beside the sampler's",
            "src/agentrl/trainer.py", "        self._skipped_in_a_row = 0\n",

@@ -156,7 +156,7 @@ def test_the_default_sections_are_the_built_in_entries_beside_their_implementati
 
 SAVED = Path(__file__).resolve().parent / "data" / "saved-configs"
 ADDED_SINCE = {  # (section, its type or None for any, field): fields added after these files were saved, at their defaults
-    ("eval", None, "initial"): True, ("init", None, "corpus"): None,
+    ("eval", None, "initial"): True, ("eval", None, "batch_size"): None, ("init", None, "corpus"): None,
     ("env", "scienceworld", "gold_path"): True, ("env", "scienceworld", "train_task_types"): None,
     ("env", "scienceworld", "expert_teleports"): False, ("env", "scienceworld", "memory"): False,
     ("env", "scienceworld", "reject_unparsed"): False, ("env", "scienceworld", "failure_penalty"): True,

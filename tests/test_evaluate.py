@@ -1,8 +1,16 @@
 """Evaluation statistics by hand: the Wilson interval and the split summary."""
 
-import pytest
+import json
 
-from agentrl.evaluate import summarize, wilson_interval
+import pytest
+from conftest import COMPACT
+
+from agentrl.config import EnvPoolConfig, EvalConfig, PromptConfig
+from agentrl.envs.household.env import HouseholdEnvConfig
+from agentrl.envs.pool import EnvPool
+from agentrl.evaluate import evaluate, summarize, wilson_interval
+from agentrl.models import load_model, load_tokenizer
+from agentrl.sampler.hf import HFSampler
 from agentrl.rollout.types import StepSample, Trajectory
 
 
@@ -45,3 +53,22 @@ def test_mean_score_clips_each_episode_at_0_and_mean_return_does_not():
     out = summarize([scored([20.0, -120.0]), scored([10.0, 20.0]), scored([5.0, -5.0])])
     assert out["mean_return"] == pytest.approx((-100 + 30 + 0) / 3)
     assert out["mean_score"] == pytest.approx((0 + 30 + 0) / 3)
+
+
+
+@pytest.mark.parametrize("batch_size, alive", [(3, 3), (None, 7)])
+def test_evaluation_plays_every_task_once_with_batch_size_environments_alive(tiny_model_dir, tmp_path, batch_size,
+                                                                            alive):
+    """eval.batch_size bounds the environments alive at once (on ScienceWorld each is a JVM: 120 at
+    once ran 24 GiB out of memory), and every one of the split's first `episodes` tasks is still
+    played once, in order, each its own group."""
+    tokenizer = load_tokenizer(tiny_model_dir)
+    eval_cfg = EvalConfig(splits=["l0"], episodes=7, batch_size=batch_size, sampling={"max_new_tokens": 4})
+    with EnvPool(HouseholdEnvConfig(max_steps=2), EnvPoolConfig(workers=0)) as pool:
+        sampler = HFSampler(load_model(tiny_model_dir), tokenizer)
+        results = evaluate(pool, sampler, tokenizer, eval_cfg, PromptConfig(template=COMPACT), 0, tmp_path)
+        assert len(pool._server.envs) == alive
+        tasks = pool.local.split_tasks("l0")[:7]
+    played = [json.loads(line) for line in (tmp_path / "trajectories_l0.jsonl").read_text().splitlines()]
+    assert [(t["task_id"], t["group_id"]) for t in played] == list(zip(tasks, range(7)))
+    assert results["l0"]["episodes"] == 7

@@ -54,17 +54,22 @@ def summarize(trajectories) -> dict:
 
 def evaluate(pool, sampler, tokenizer, eval_cfg, prompt, seed: int, out_dir: Path | None = None,
              components=()) -> dict:
-    """Play the first `episodes` tasks of each split once; sampling RNG forked and seeded, so the
-    result is reproducible and training's RNG stream is untouched. Each of the trainer's
-    `components` adds its own numbers on each split's trajectories (a GCD judge: its accuracy)."""
+    """Play the first `episodes` tasks of each split once, `batch_size` at a time; sampling RNG
+    forked and seeded, so the result is reproducible and training's RNG stream is untouched. Each
+    of the trainer's `components` adds its own numbers on each split's trajectories (a GCD judge:
+    its accuracy)."""
     results = {}
     for split in eval_cfg.splits:
         set_stage(f"evaluation {split}")
         tasks = pool.local.split_tasks(split)[:eval_cfg.episodes]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
+            size = eval_cfg.batch_size or max(len(tasks), 1)
+            trajectories = []
             with task(f"evaluation {split}", len(tasks)) as advance:
-                trajectories = collect(pool, sampler, tokenizer, tasks, 1, prompt, eval_cfg.sampling, finished=advance)
+                for start in range(0, len(tasks), size):  # the pool keeps the first batch's environments
+                    trajectories += collect(pool, sampler, tokenizer, tasks[start:start + size], 1, prompt,
+                                            eval_cfg.sampling, first_group_id=start, finished=advance)
             results[split] = summarize(trajectories)
             finished, aborted = results[split]["episodes"], results[split]["aborted"]
             if not finished or aborted / (finished + aborted) > eval_cfg.max_aborted_share:

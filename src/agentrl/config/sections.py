@@ -198,6 +198,9 @@ class EvalConfig(Section):
     """Evaluation splits: l0 in-domain, l1 unseen, l2 out-of-domain."""
     episodes: int = Field(100, ge=1)
     """Episodes per split (the first N tasks of the split)."""
+    batch_size: int | None = Field(None, ge=1)
+    """Episodes played at once, each in its own environment (None: a split's episodes all at once).
+    Bounds the environments alive: a ScienceWorld one is a JVM of about 200 MB."""
     sampling: PlaySamplingConfig = PlaySamplingConfig()
     """Sampling at evaluation."""
     max_aborted_share: float = Field(0.5, ge=0, le=1)
