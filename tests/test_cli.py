@@ -358,6 +358,11 @@ def test_a_setting_added_since_at_its_old_behaviour_keeps_a_phase(tmp_path):
     phases.complete("data", {"env.max_steps": 30})  # recorded before ScienceWorld had a notebook or teleports
     assert phases.reusable("data", {"env.max_steps": 30, "env.memory": False, "env.expert_teleports": False}, True)
     assert not phases.reusable("data", {"env.max_steps": 30, "env.memory": True, "env.expert_teleports": False}, True)
+    phases.complete("data", {"env.max_steps": 30, "prompt.invalid_penalty": 0.1})  # before it was reward-only
+    assert phases.reusable("data", {"env.max_steps": 30}, True)  # the expert data no longer depends on it
+    phases.complete("rl", {"prompt.invalid_penalty": 0.1})
+    assert not phases.reusable("rl", {"prompt.invalid_penalty": 0.5}, True)  # RL still does
+    assert said[-1] == "rl: settings changed (prompt.invalid_penalty: 0.1 -> 0.5), redoing"
 
 
 def test_a_phase_recorded_before_nthr_and_the_coupling_lab_became_components_is_kept(tmp_path):

@@ -84,13 +84,17 @@ that does what runs recorded without it did; and settings gone since (the coupli
 component), each with the value that did what runs recorded without them do."""
 RENAMED = {"rl.sampler.share_prefill": "rl.sampler.share_prefixes"}
 """Settings recorded under an earlier name: old name -> the name they are compared under."""
+UNRECORDED_SINCE = {"prompt.invalid_penalty"}
+"""Settings some phases recorded and no longer depend on (reward-only since: the expert data, the
+tokenizer and SFT): a record's value of one is ignored where a phase's settings now lack it."""
 
 
 def changes(old: dict, new: dict) -> list[str]:
     """'key: old -> new' for every setting that differs. A key a record lacks was added since: at
     None or its `OLD_BEHAVIOUR` value it changes nothing; one recorded under an earlier name
-    (`RENAMED`) is compared under its name now."""
-    old = {RENAMED.get(k, k): v for k, v in old.items()}
+    (`RENAMED`) is compared under its name now; one the phase no longer depends on
+    (`UNRECORDED_SINCE`, absent from `new`) is not compared."""
+    old = {RENAMED.get(k, k): v for k, v in old.items() if k in new or k not in UNRECORDED_SINCE}
     keys = sorted(set(old) | set(new))
     return [f"{k}: {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}" for k in keys
             if old.get(k, OLD_BEHAVIOUR.get(k)) != new.get(k, OLD_BEHAVIOUR.get(k))]
