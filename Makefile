@@ -11,7 +11,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-cpu-gagpo45 alfworld-cpu-filter alfworld-smollm2 scienceworld-cpu scienceworld-cpu-lr1e3 scienceworld-cpu-gagpo45 FORCE testbed testbed-gcd testbed-overlap testbed-history test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd overlap-seeds mutants clean \
+.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-cpu-gagpo45 alfworld-cpu-filter alfworld-smollm2 scienceworld-cpu scienceworld-cpu-lr1e3 scienceworld-cpu-gigpo scienceworld-cpu-gagpo45 FORCE testbed testbed-gcd testbed-overlap testbed-history test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd overlap-seeds mutants clean \
 	pipeline sft rl eval plan
 
 help:  ## this list
@@ -167,6 +167,9 @@ alfworld-cpu-filter: $(STAMP)  ## GRPO with dynamic sampling (rl.rollout.filter_
 
 scienceworld-cpu-lr1e3: $(STAMP)  ## GRPO at 5x the learning rate on real ScienceWorld from seed SEED's SFT, vs the recipe's RL
 	$(call from_cold_start,lr1e3,scienceworld)
+
+scienceworld-cpu-gigpo: $(STAMP)  ## GiGPO vs GRPO on real ScienceWorld from seed SEED's SFT (after make scienceworld-cpu SEED=k)
+	$(call from_cold_start,gigpo,scienceworld)
 
 scienceworld-cpu-gagpo45: $(STAMP)  ## GAGPO for 45 RL steps on real ScienceWorld from seed SEED's SFT, vs the recipe's RL
 	$(call from_cold_start,gagpo45,scienceworld)
