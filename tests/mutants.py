@@ -698,6 +698,16 @@ MUTANTS = [
            "src/agentrl/envs/scienceworld/env.py",
            "return [pair for turn in itertools.zip_longest(*by_task.values()) for pair in turn if pair is not None]",
            "return pairs", ["test_scienceworld.py"]),
+    Mutant("balance_task_types: the step's tasks drawn from the pool whatever it says", "src/agentrl/rollout/collect.py",
+           '"tasks")),\n                         rl.balance_task_types)', '"tasks")),\n                         False)',
+           ["test_trainer.py"]),
+    Mutant("balance_task_types: a type drawn in proportion to its tasks", "src/agentrl/envs/base.py",
+           "for group in (groups[rng.randrange(len(groups))] for _ in range(n))]",
+           "for group in (groups[groups.index(types[env.task_type(tasks[rng.randrange(len(tasks))])])] "
+           "for _ in range(n))]", ["test_scienceworld.py"]),
+    Mutant("balance_task_types: a drawn type's first task only", "src/agentrl/envs/base.py",
+           "return [group[rng.randrange(len(group))] for group in", "return [group[0] for group in",
+           ["test_scienceworld.py"]),
 ]
 
 

@@ -1,4 +1,4 @@
-"""Evaluation statistics by hand: the Wilson interval and the split summary."""
+"""Evaluation statistics by hand (the Wilson interval, the split summary) and evaluation in batches."""
 
 import json
 
@@ -10,8 +10,8 @@ from agentrl.envs.household.env import HouseholdEnvConfig
 from agentrl.envs.pool import EnvPool
 from agentrl.evaluate import evaluate, summarize, wilson_interval
 from agentrl.models import load_model, load_tokenizer
-from agentrl.sampler.hf import HFSampler
 from agentrl.rollout.types import StepSample, Trajectory
+from agentrl.sampler.hf import HFSampler
 
 
 def test_wilson_interval_by_hand():

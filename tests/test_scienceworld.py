@@ -49,6 +49,25 @@ def test_a_split_prefix_covers_every_task_type(env, scienceworld_splits):
         assert len({env.task_type(t) for t in listed[:5]}) == 5
 
 
+def test_balanced_draws_train_every_task_type_equally_often(env, scienceworld_splits):
+    """sample_tasks(by_type=True), what rl.balance_task_types draws: a type uniformly, then one of
+    its variations; plain draws follow the train pool, where test-conductivity has 45x the
+    variations of power-component."""
+    from collections import Counter
+
+    from agentrl.envs.base import sample_tasks
+
+    pool = Counter(env.task_type(t) for t in env.split_tasks("train"))
+    n = 100 * len(pool)
+    plain = Counter(env.task_type(t) for t in sample_tasks(env, "train", n, random.Random(0)))
+    balanced = sample_tasks(env, "train", n, random.Random(0), by_type=True)
+    by_type = Counter(env.task_type(t) for t in balanced)
+    assert set(by_type) == set(pool) and min(by_type.values()) > 60 and max(by_type.values()) < 140  # binomial(n, 1/types)
+    assert max(pool.values()) > 20 * min(pool.values())  # the pool is lopsided,
+    assert plain.most_common(1)[0][1] > 300  # and plain draws are too
+    assert len(set(balanced)) > 10 * len(pool)  # variations of each type, not one per type
+
+
 def test_train_task_types_and_resets_without_a_gold_path(env, scienceworld_splits):
     """`train_task_types` keeps those types in the train split only; `gold_path: false` skips the
     engine's gold-path simulation (minutes for inclined-plane tasks): the same first observation,

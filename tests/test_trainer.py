@@ -363,6 +363,24 @@ def test_aborted_groups_are_left_out_of_the_update(choice_model_dir, tmp_path):
     assert largest_change(everything, without_group) > 1e-4  # group 1 mattered
 
 
+def test_balance_task_types_draws_each_steps_tasks_a_type_at_a_time(tiny_model_dir, tmp_path):
+    """rl.balance_task_types: a step's tasks are the by-type draw of the step's seed (the draw
+    itself is tested on ScienceWorld's lopsided pool), the plain draw otherwise."""
+    from agentrl.envs.base import sample_tasks
+    from agentrl.seeding import step_seed
+
+    for balance in (False, True):
+        config = small_config(tmp_path / str(balance), 1, tasks_per_step=6, group_size=1, balance_task_types=balance)
+        trainer = RLTrainer(config, str(tiny_model_dir), Path(config.run_dir))
+        try:
+            played = [t.task_id for t in trainer.rollout(1)]
+            drawn = sample_tasks(trainer.pool.local, "train", 6, random.Random(step_seed(3, 1, "tasks")), by_type=balance)
+            other = sample_tasks(trainer.pool.local, "train", 6, random.Random(step_seed(3, 1, "tasks")), by_type=not balance)
+        finally:
+            trainer.close()
+        assert played == drawn != other
+
+
 def test_filter_groups_draws_more_tasks_and_trains_only_groups_whose_returns_differ(choice_model_dir, tmp_path):
     """rl.rollout.filter_groups (DAPO's dynamic sampling): the step draws rounds of tasks until
     tasks_per_step groups differ in return; its update equals the update on the first

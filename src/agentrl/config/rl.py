@@ -105,6 +105,11 @@ class RLConfig(Section):
     """Task groups per training step (a multiple of the number of ranks)."""
     group_size: int = Field(8, ge=1)
     """Rollouts per task; all play the same task instance."""
+    balance_task_types: bool = False
+    """Draw each task a type at a time: a task type of the train pool uniformly, then one of its
+    tasks, so every type is trained on equally often, as the evaluation splits weigh them
+    (ScienceWorld's L0 / L1). False: every task of the pool equally likely, so a type with more
+    variations (ScienceWorld's test-conductivity: 45x power-component's) is trained on more."""
     mini_batch_size: int = Field(256, ge=1)
     """Step samples per optimiser step."""
     mini_batch_order: Literal["shuffled", "grouped"] = "shuffled"

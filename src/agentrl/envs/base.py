@@ -87,10 +87,17 @@ class ExpertEnvironment(Environment, Protocol):
         ...
 
 
-def sample_tasks(env: Environment, split: str, n: int, rng: random.Random) -> list[str]:
-    """n task ids drawn with replacement from a split."""
+def sample_tasks(env: Environment, split: str, n: int, rng: random.Random, by_type: bool = False) -> list[str]:
+    """n task ids drawn with replacement from a split: every task equally likely, or (by_type) a
+    task type uniformly, then one of its tasks."""
     tasks = env.split_tasks(split)
-    return [tasks[rng.randrange(len(tasks))] for _ in range(n)]
+    if not by_type:
+        return [tasks[rng.randrange(len(tasks))] for _ in range(n)]
+    types: dict[str, list[str]] = {}
+    for task in tasks:
+        types.setdefault(env.task_type(task), []).append(task)
+    groups = list(types.values())
+    return [group[rng.randrange(len(group))] for group in (groups[rng.randrange(len(groups))] for _ in range(n))]
 
 
 def make_env(config) -> Environment:

@@ -241,7 +241,8 @@ def play_step(pool, sampler, tokenizer, config, step: int, hint: str, rank: int 
     groups differ in return."""
     rl = config.rl
     share, filtering = rl.tasks_per_step // world, rl.rollout.filter_groups
-    tasks = sample_tasks(pool.local, "train", rl.tasks_per_step, random.Random(step_seed(config.seed, step, "tasks")))
+    tasks = sample_tasks(pool.local, "train", rl.tasks_per_step, random.Random(step_seed(config.seed, step, "tasks")),
+                         rl.balance_task_types)
     tasks = tasks[rank * share:(rank + 1) * share]
     torch.manual_seed(step_seed(config.seed, step, "sampling" if world == 1 else f"sampling:{rank}"))
     rounds = filtering.max_draws if filtering else 1
@@ -259,7 +260,8 @@ def play_step(pool, sampler, tokenizer, config, step: int, hint: str, rank: int 
             break
         rate = differing / len(group_by_id(trajectories))  # tasks drawn for the groups missing, at the rate so far
         n = min(share, math.ceil((share - differing) / max(rate, 1 / share)))
-        tasks = sample_tasks(pool.local, "train", n, random.Random(step_seed(config.seed, step, f"tasks:{draw + 1}:{rank}")))
+        tasks = sample_tasks(pool.local, "train", n, random.Random(step_seed(config.seed, step, f"tasks:{draw + 1}:{rank}")),
+                             rl.balance_task_types)
     aborted, total = distributed.all_sum([sum(t.aborted for t in trajectories), len(trajectories)])
     if total and aborted / total > rl.max_aborted_share:
         raise RunError(f"{aborted:.0f} of {total:.0f} episodes aborted in RL step {step} (more than "
