@@ -106,9 +106,9 @@ class RLConfig(Section):
     group_size: int = Field(8, ge=1)
     """Rollouts per task; all play the same task instance."""
     balance_task_types: bool = False
-    """Draw each task a type at a time: a task type of the train pool uniformly, then one of its
-    tasks, so every type is trained on equally often, as the evaluation splits weigh them
-    (ScienceWorld's L0 / L1). False: every task of the pool equally likely, so a type with more
+    """Draw each task in two stages: a task type of the train pool uniformly, then one of its
+    tasks, so that every type is trained on equally often, as the evaluation splits weigh them
+    (ScienceWorld's L0 / L1). False: every task of the pool equally likely, so that a type with more
     variations (ScienceWorld's test-conductivity: 45x power-component's) is trained on more."""
     mini_batch_size: int = Field(256, ge=1)
     """Step samples per optimiser step."""
