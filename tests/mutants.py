@@ -708,6 +708,15 @@ MUTANTS = [
     Mutant("balance_task_types: a drawn type's first task only", "src/agentrl/envs/base.py",
            "return [group[rng.randrange(len(group))] for group in", "return [group[0] for group in",
            ["test_scienceworld.py"]),
+    Mutant("rl.train_task_types: RL plays the env section's types whatever it says", "src/agentrl/trainer.py",
+           "EnvPool(self.config.rl_env(), self.rl.env_pool)", "EnvPool(self.config.env, self.rl.env_pool)",
+           ["test_alfworld.py"]),
+    Mutant("rl.train_task_types: \"all\" keeps the env section's types", "src/agentrl/config/__init__.py",
+           'types = None if self.rl.train_task_types == "all" else', 'types = self.env.train_task_types if self.rl.train_task_types == "all" else',
+           ["test_alfworld.py"]),
+    Mutant("rl.train_task_types: accepted with an env that has no task types", "src/agentrl/config/__init__.py",
+           'if self.rl is not None and self.rl.train_task_types is not None and "train_task_types" not in',
+           'if False and "train_task_types" not in', ["test_alfworld.py"]),
 ]
 
 

@@ -202,3 +202,30 @@ def test_observer_searches_a_receptacle_that_shares_the_spot_from_there(observer
 def test_grouped_actions_say_each_verb_once():
     actions = ["go to bed 1", "go to desk 1", "open drawer 1", "take pen 1 from desk 1", "examine desk 1", "look"]
     assert group_actions(actions) == "go to: bed 1, desk 1; open: drawer 1; examine: desk 1; take pen 1 from desk 1; look"
+
+
+def test_rl_train_task_types_replace_the_envs_for_rl_only(alfworld_data, tiny_model_dir, tmp_path):
+    """rl.train_task_types: RL's rollouts draw from those types (here "all": the types the env
+    section left out too), while the env section, which the expert data and SFT read, keeps its own."""
+    from pathlib import Path
+
+    from agentrl.config import ConfigError
+    from agentrl.recipe import validate_config
+    from agentrl.trainer import RLTrainer
+
+    def rl_train_types(rl_types):
+        config = validate_config({
+            "run_dir": str(tmp_path / str(rl_types)),
+            "env": {"type": "alfworld", "data": alfworld_data, "train_task_types": ["pick_and_place_simple"]},
+            "rl": {"steps": 1, "env_pool": {"workers": 0}, **({"train_task_types": rl_types} if rl_types else {})}})
+        trainer = RLTrainer(config, str(tiny_model_dir), Path(config.run_dir))
+        try:
+            return {task_type(game) for game in trainer.pool.local.split_tasks("train")}, config.env.train_task_types
+        finally:
+            trainer.close()
+
+    assert rl_train_types(None) == ({"pick_and_place_simple"}, ["pick_and_place_simple"])
+    assert rl_train_types("all") == (set(TASK_TYPES), ["pick_and_place_simple"])
+    assert rl_train_types(["look_at_obj_in_light"]) == ({"look_at_obj_in_light"}, ["pick_and_place_simple"])
+    with pytest.raises(ConfigError, match="rl.train_task_types"):
+        validate_config({"env": {"type": "household"}, "rl": {"train_task_types": "all"}})

@@ -124,7 +124,7 @@ class RLTrainer:
     def pool(self) -> EnvPool:
         """The environments of this process's rollouts and evaluations, started when first used
         (with rl.overlap only evaluation uses them: the sampler process has its own)."""
-        return EnvPool(self.config.env, self.rl.env_pool)
+        return EnvPool(self.config.rl_env(), self.rl.env_pool)
 
     def close(self) -> None:
         if self.ahead is not None:

@@ -91,6 +91,19 @@ class Config(Section):
         return self
 
     @model_validator(mode="after")
+    def _rl_task_types_need_env_types(self):
+        if self.rl is not None and self.rl.train_task_types is not None and "train_task_types" not in type(self.env).model_fields:
+            raise ValueError(f"rl.train_task_types: env {self.env.type!r} has no env.train_task_types to replace")
+        return self
+
+    def rl_env(self) -> Section:
+        """The env section RL's rollouts play: env with rl.train_task_types in place of its own."""
+        if self.rl is None or self.rl.train_task_types is None:
+            return self.env
+        types = None if self.rl.train_task_types == "all" else self.rl.train_task_types
+        return self.env.model_copy(update={"train_task_types": types})
+
+    @model_validator(mode="after")
     def _full_history_readers(self):
         """With prompt.full_history a step's prompt text is its own turn only: what re-reads a
         step from that text (the GCD judge, the coupling lab, judgment data) would miss the rest."""

@@ -110,6 +110,11 @@ class RLConfig(Section):
     tasks, so that every type is trained on equally often, as the evaluation splits weigh them
     (ScienceWorld's L0 / L1). False: every task of the pool equally likely, so that a type with more
     variations (ScienceWorld's test-conductivity: 45x power-component's) is trained on more."""
+    train_task_types: list[str] | Literal["all"] | None = None
+    """The task types RL draws from, in place of env.train_task_types (None: the env's; "all":
+    every type of the train split), so that RL can train on types the cold start's expert data
+    left out (ScienceWorld: those whose gold paths overrun the step limit). The expert data, SFT
+    and evaluation keep the env's."""
     mini_batch_size: int = Field(256, ge=1)
     """Step samples per optimiser step."""
     mini_batch_order: Literal["shuffled", "grouped"] = "shuffled"

@@ -142,7 +142,7 @@ def serve(config_data: dict, model_path: str, threads: int, requests, results, p
         tokenizer = load_tokenizer(model_path)
         model = load_policy(config, model_path)
         sampler = SAMPLERS.get(config.rl.sampler.type)(config.rl.sampler, model_path, lambda: model, tokenizer, config)
-        pool = EnvPool(config.env, config.rl.env_pool)
+        pool = EnvPool(config.rl_env(), config.rl.env_pool)
         version, idle = None, 0.0
         while True:
             waited = time.perf_counter()
