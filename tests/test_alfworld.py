@@ -229,3 +229,24 @@ def test_rl_train_task_types_replace_the_envs_for_rl_only(alfworld_data, tiny_mo
     assert rl_train_types(["look_at_obj_in_light"]) == ({"look_at_obj_in_light"}, ["pick_and_place_simple"])
     with pytest.raises(ConfigError, match="rl.train_task_types"):
         validate_config({"env": {"type": "household"}, "rl": {"train_task_types": "all"}})
+
+
+def test_the_sampler_process_plays_rl_train_task_types(alfworld_data, tiny_model_dir, tmp_path):
+    """With rl.overlap the sampler process has RL's environment pool: its episodes are of
+    rl.train_task_types, not of the env section's."""
+    from agentrl.models import load_model
+    from agentrl.recipe import validate_config
+    from agentrl.rollout.ahead import Ahead
+
+    config = validate_config({
+        "run_dir": str(tmp_path),
+        "env": {"type": "alfworld", "data": alfworld_data, "max_steps": 1, "train_task_types": ["pick_and_place_simple"]},
+        "rl": {"steps": 1, "tasks_per_step": 4, "group_size": 1, "env_pool": {"workers": 0},
+               "overlap": {"staleness": 1}, "train_task_types": ["look_at_obj_in_light"]}})
+    process = Ahead(config, str(tiny_model_dir))
+    try:
+        process.start(0, load_model(str(tiny_model_dir), "float32").named_parameters(), lambda step: "")
+        trajectories, _ = process.take(1, {})
+    finally:
+        process.close()
+    assert len(trajectories) == 4 and {t.task_type for t in trajectories} == {"look_at_obj_in_light"}
