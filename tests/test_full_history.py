@@ -4,6 +4,8 @@ prompts are what the chat template renders for the conversation, the sampled tok
 re-tokenized, SFT data of the format encodes to the prompts the rollout builds, and an episode's
 steps pack into one tree whose log-probs and gradients equal those of each step on its own."""
 
+import copy
+
 import pytest
 import torch
 from test_packing import assert_packed_equals_plain
@@ -139,13 +141,72 @@ def test_full_history_expert_data_encodes_to_the_prompts_the_rollout_builds(tiny
 
 
 def test_what_reads_a_step_prompt_as_text_is_refused_with_full_history():
+    """The actor judges from token ids (below); the external judge and the coupling lab read text."""
     from agentrl.recipe import validate_config
 
+    validate_config({"prompt": {"full_history": True}, "rl": {"aux": [{"type": "gcd"}]}})
+    validate_config({"prompt": {"full_history": True}, "rl": {"aux": [{"type": "gcd", "judge": "classifier"}]}})
     with pytest.raises(Exception, match=r"rl\.aux\[0\] \(gcd\) reads a step's prompt as text"):
-        validate_config({"prompt": {"full_history": True}, "rl": {"aux": [{"type": "gcd"}]}})
+        validate_config({"prompt": {"full_history": True}, "rl": {"aux": [{
+            "type": "gcd", "labels": ["llm"], "external": {"base_url": "http://127.0.0.1:1", "model": "m"}}]}})
     with pytest.raises(Exception, match=r"rl\.components\[0\] \(coupling\) reads"):
         validate_config({"prompt": {"full_history": True}, "rl": {"components": [{"type": "coupling"}]}})
     validate_config({"prompt": {"full_history": True}, "rl": {"components": [{"type": "nthr"}]}})
+
+
+def test_the_gcd_judge_is_asked_in_the_episodes_own_conversation(episodes, tiny_model_dir):
+    """With full history the actor judges a step as the next user turn of its episode: the judge's
+    prompt holds every token of the conversation up to the step's sampled reply (the tokens the
+    next step's prompt holds there too), then the question naming the action; the generative
+    judge samples its verdicts from it and the classifier reads it."""
+    from agentrl.gcd.judge import judge_ids, judge_question
+    from agentrl.gcd.labels import LabeledStep
+    from agentrl.gcd.loss import ClassifierJudgeLoss, GCDAuxConfig, GCDLoss
+
+    tokenizer, trajectories = episodes
+    turns = ChatTurns(tokenizer)
+    trajectory = max(trajectories, key=lambda t: len(t.steps))
+    config = GCDAuxConfig(pairs_per_step=2, group_size=2, sampling={"max_new_tokens": 4})
+    sampler = HFSampler(load_model(tiny_model_dir), tokenizer)
+    generative = GCDLoss(config, sampler, tokenizer, seed=0, turns=turns)
+    classifier = ClassifierJudgeLoss(config.model_copy(update={"judge": "classifier"}), sampler.model, tokenizer,
+                                     seed=0, turns=turns)
+    for step, after in zip(trajectory.steps, trajectory.steps[1:]):
+        asked = judge_ids(tokenizer, step, turns)
+        shared = len(step.prompt_ids) + len(step.response_ids)
+        assert asked[:shared] == step.prompt_ids + step.response_ids
+        reply_turn_ends = len(after.prompt_ids) - len(turns.user(after.prompt))
+        assert asked[:reply_turn_ends] == after.prompt_ids[:reply_turn_ends]  # the reply's turn closed as the episode closes it
+        assert tokenizer.decode(asked[reply_turn_ends:]).count(judge_question(step)) == 1
+        assert classifier._sample(LabeledStep(step, True, "env", "")).ids[:-1] == asked
+    labelled = copy.deepcopy(trajectory)
+    for i, s in enumerate(labelled.steps):  # the environment's labels: every other move makes progress
+        s.progress = i % 2 == 0
+    asked = {tuple(judge_ids(tokenizer, s, turns)) for s in trajectory.steps}
+    samples = generative.prepare([labelled], step=1).samples  # a good and a bad step, 2 verdicts each
+    assert len(samples) == 4 and all(tuple(s.ids[:len(s.ids) - s.n_targets]) in asked for s in samples)
+
+
+def test_rl_trains_the_gcd_judge_on_full_history_episodes(tiny_model_dir, tmp_path):
+    """The run's GCD judge (as the registry builds it) asks in each episode's conversation, and an RL
+    step with it trains."""
+    from agentrl.recipe import validate_config
+    from agentrl.trainer import RLTrainer
+
+    config = validate_config({
+        "seed": 1, "run_dir": str(tmp_path), "env": {"type": "household", "max_steps": 3},
+        "prompt": {"full_history": True, "history_length": 0}, "sampling": {"max_new_tokens": 8},
+        "rl": {"steps": 2, "tasks_per_step": 2, "group_size": 2, "mini_batch_size": 64,
+               "aux": [{"type": "gcd", "pairs_per_step": 2, "group_size": 2, "sampling": {"max_new_tokens": 6}}]}})
+    with RLTrainer(config, str(tiny_model_dir), tmp_path) as trainer:
+        labelled = copy.deepcopy(max(trainer.rollout(1), key=lambda t: len(t.steps)))
+        for i, s in enumerate(labelled.steps):
+            s.progress = i % 2 == 0
+        samples = trainer.component("gcd").prepare([labelled], step=1).samples
+        metrics = trainer.train_step()
+    starts = [s.prompt_ids + s.response_ids for s in labelled.steps]
+    assert len(samples) == 4 and all(any(s.ids[:len(p)] == p for p in starts) for s in samples)
+    assert "aux/gcd/pairs" in metrics
 
 
 def test_a_prompt_past_the_models_positions_is_refused(tiny_model_dir):

@@ -15,6 +15,7 @@ import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
+from agentrl.prompting import ChatTurns, encode_prompt
 from agentrl.rollout.types import StepSample
 
 JUDGE_INSTRUCTION = ("Was this action good or bad for the task? Think briefly inside <think> </think>, "
@@ -22,9 +23,23 @@ JUDGE_INSTRUCTION = ("Was this action good or bad for the task? Think briefly in
 _VERDICT = re.compile(r"<verdict>\s*(good|bad)\s*</verdict>", re.IGNORECASE)
 
 
-def judge_prompt(step: StepSample) -> str:
+def judge_question(step: StepSample) -> str:
+    """What the judge is asked of a step after its context: the action taken and the instruction."""
     action = step.action if step.action is not None else f"(no valid action; the reply was: {step.response!r})"
-    return f"{step.prompt}\nThe agent's action: {action}\n{JUDGE_INSTRUCTION}"
+    return f"The agent's action: {action}\n{JUDGE_INSTRUCTION}"
+
+
+def judge_prompt(step: StepSample) -> str:
+    return f"{step.prompt}\n{judge_question(step)}"
+
+
+def judge_ids(tokenizer, step: StepSample, turns: ChatTurns | None = None) -> list[int]:
+    """The token ids the actor judges a step from: the step's prompt text with the question; with
+    `prompt.full_history` (`turns`), the episode's own conversation up to the step's sampled reply,
+    token for token, and the question as the next user turn."""
+    if turns is None:
+        return encode_prompt(tokenizer, judge_prompt(step))
+    return turns.next(step.prompt_ids, step.response_ids, judge_question(step))
 
 
 def judgment_response(label: bool, reason: str) -> str:

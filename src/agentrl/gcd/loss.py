@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import statistics
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Literal
 
 import torch
 from pydantic import Field, model_validator
@@ -23,12 +23,12 @@ from agentrl.components import Component
 from agentrl.config import SamplingConfig, Section
 from agentrl.forward import trained_hidden
 from agentrl.gcd.correction import PromptCorrection
-from agentrl.gcd.judge import ChatEndpoint, ExternalJudge, critique, judge_prompt, parse_verdict
+from agentrl.gcd.judge import ChatEndpoint, ExternalJudge, critique, judge_ids, parse_verdict
 from agentrl.gcd.labels import balanced_selection, label_counts, label_steps
 from agentrl.losses.aux import AuxBatch
 from agentrl.losses.policy import PPOClipConfig, ppo_clip
 from agentrl.packing import TokenBatch, TrainSample, collate
-from agentrl.prompting import encode_prompt
+from agentrl.prompting import ChatTurns
 from agentrl.registry import AUX_LOSSES
 
 
@@ -85,7 +85,6 @@ class GCDAuxConfig(Section):
 
     type: Literal["gcd"] = "gcd"
     """Auxiliary loss name in the registry."""
-    reads_prompt_text: ClassVar[bool] = True  # the judge is asked in the context of a step's prompt text
     name: str = "gcd"
     """Metric namespace: aux/<name>/..."""
     weight: float = Field(1.0, ge=0)
@@ -117,6 +116,12 @@ class GCDAuxConfig(Section):
 
     def one_process_only(self) -> str | None:
         return "the GCD classifier head" if self.judge == "classifier" else None
+
+    @property
+    def reads_prompt_text(self) -> bool:
+        """The external judge is sent a step's prompt text; the actor judges from the step's token ids
+        (with `prompt.full_history`, the episode's conversation up to the step)."""
+        return "llm" in self.labels
 
     @model_validator(mode="after")
     def _llm_needs_endpoint(self):
@@ -167,9 +172,10 @@ def eval_pairs(judge, trajectories, seed: int):
 
 
 class GCDLoss(Component):
-    def __init__(self, config, sampler, tokenizer, seed: int, external=None, endpoint=None, run_dir=None):
+    def __init__(self, config, sampler, tokenizer, seed: int, external=None, endpoint=None, run_dir=None,
+                 turns: ChatTurns | None = None):
         self.config, self.name, self.weight = config, config.name, config.weight
-        self.sampler, self.tokenizer, self.seed = sampler, tokenizer, seed
+        self.sampler, self.tokenizer, self.seed, self.turns = sampler, tokenizer, seed, turns
         self.external, self.endpoint = external, endpoint
         self.critiques: list[tuple[str, str]] = []
         """(action, critique) of bad actions the judge rightly called bad (prompt correction)."""
@@ -195,7 +201,7 @@ class GCDLoss(Component):
         if not chosen:
             return AuxBatch([], metrics)
 
-        prompts = [encode_prompt(self.tokenizer, judge_prompt(x.step)) for x in chosen]
+        prompts = [judge_ids(self.tokenizer, x.step, self.turns) for x in chosen]
         repeated = [p for p in prompts for _ in range(cfg.group_size)]
         generations = self.sampler.generate(repeated, cfg.sampling)
         samples, correct, parsed = [], [], []
@@ -222,7 +228,7 @@ class GCDLoss(Component):
         if not chosen:
             return {}
         params = self.config.sampling.model_copy(update={"temperature": 0.0})
-        prompts = [encode_prompt(self.tokenizer, judge_prompt(x.step)) for x in chosen]
+        prompts = [judge_ids(self.tokenizer, x.step, self.turns) for x in chosen]
         verdicts = [parse_verdict(self.tokenizer.decode(g.token_ids, skip_special_tokens=True))
                     for g in self.sampler.generate(prompts, params)]
         return {"judge_accuracy": statistics.fmean(v == x.label for v, x in zip(verdicts, chosen)),
@@ -244,9 +250,10 @@ class ClassifierJudgeLoss(Component):
     same balanced labelled pairs joins the RL loss in the same optimiser step. The head's
     parameters are optimised with the actor's (`extra_parameters`) and saved in checkpoints."""
 
-    def __init__(self, config, model, tokenizer, seed: int, external=None):
+    def __init__(self, config, model, tokenizer, seed: int, external=None, turns: ChatTurns | None = None):
         self.config, self.name, self.weight = config, config.name, config.weight
         self.model, self.tokenizer, self.seed, self.external = model, tokenizer, seed, external
+        self.turns = turns
         self.head = torch.nn.Linear(model.config.hidden_size, 1, dtype=model.dtype, device=model.device)
         torch.nn.init.zeros_(self.head.weight)
         torch.nn.init.zeros_(self.head.bias)
@@ -258,7 +265,7 @@ class ClassifierJudgeLoss(Component):
         return self.hidden_loss(actor.token_hidden(batch), batch)
 
     def _sample(self, labelled) -> TrainSample:
-        ids = encode_prompt(self.tokenizer, judge_prompt(labelled.step))
+        ids = judge_ids(self.tokenizer, labelled.step, self.turns)
         # One trained position: the hidden state that would predict the answer's first token.
         return TrainSample(ids + [self.tokenizer.eos_token_id], [False] * len(ids) + [True],
                            target=[float(labelled.label)])
@@ -299,6 +306,7 @@ def gcd(config, ctx):
                                     ext.backoff_s)
     external = ext and ExternalJudge(endpoint, ext.asks, ext.agree, ext.temperature, ext.max_tokens)
     seed = ctx.config.seed
+    turns = ChatTurns(ctx.tokenizer) if ctx.config.prompt.full_history else None
     if config.judge == "classifier":
-        return ClassifierJudgeLoss(config, ctx.policy, ctx.tokenizer, seed, external)
-    return GCDLoss(config, ctx.sampler, ctx.tokenizer, seed, external, endpoint, ctx.run_dir)
+        return ClassifierJudgeLoss(config, ctx.policy, ctx.tokenizer, seed, external, turns)
+    return GCDLoss(config, ctx.sampler, ctx.tokenizer, seed, external, endpoint, ctx.run_dir, turns)
