@@ -5,6 +5,7 @@ re-tokenized, SFT data of the format encodes to the prompts the rollout builds, 
 steps pack into one tree whose log-probs and gradients equal those of each step on its own."""
 
 import copy
+import random
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from test_packing import assert_packed_equals_plain
 from agentrl.config import EnvPoolConfig, PromptConfig, SamplingConfig
 from agentrl.envs.household.env import HouseholdEnvConfig
 from agentrl.envs.pool import EnvPool
+from agentrl.gcd.judge import judge_ids
 from agentrl.models import load_model, load_tokenizer
 from agentrl.packing import TrainSample, row_length
 from agentrl.prompting import ChatTurns, encode_prompt
@@ -159,7 +161,7 @@ def test_the_gcd_judge_is_asked_in_the_episodes_own_conversation(episodes, tiny_
     prompt holds every token of the conversation up to the step's sampled reply (the tokens the
     next step's prompt holds there too), then the question naming the action; the generative
     judge samples its verdicts from it and the classifier reads it."""
-    from agentrl.gcd.judge import judge_ids, judge_question
+    from agentrl.gcd.judge import judge_question
     from agentrl.gcd.labels import LabeledStep
     from agentrl.gcd.loss import ClassifierJudgeLoss, GCDAuxConfig, GCDLoss
 
@@ -207,6 +209,61 @@ def test_rl_trains_the_gcd_judge_on_full_history_episodes(tiny_model_dir, tmp_pa
     starts = [s.prompt_ids + s.response_ids for s in labelled.steps]
     assert len(samples) == 4 and all(any(s.ids[:len(p)] == p for p in starts) for s in samples)
     assert "aux/gcd/pairs" in metrics
+
+
+def test_an_episode_ends_where_its_next_turn_would_pass_the_context(tiny_model_dir):
+    """With a context that only the shortest last turn fits, every prompt sampled leaves room for a reply; the
+    episodes that ended for it are marked (the metric, the evaluation summary and the records say
+    so) and ended only where the turn the unlimited run played next would not have fitted; the GCD judge
+    leaves out the steps whose question and answer would not fit, and says how many."""
+    from agentrl.dagger import play_labelled
+    from agentrl.evaluate import summarize
+    from agentrl.gcd.loss import GCDAuxConfig, GCDLoss
+    from agentrl.rollout.records import from_record, to_record
+    from agentrl.trainer import rollout_metrics
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    sampler, turns, reply = HFSampler(load_model(tiny_model_dir), tokenizer), ChatTurns(tokenizer), 12
+
+    def play():
+        torch.manual_seed(0)
+        with EnvPool(HouseholdEnvConfig(max_steps=6), EnvPoolConfig(workers=0)) as pool:
+            return collect(pool, sampler, tokenizer, ["train-3", "train-8"], 2, FULL,
+                           SamplingConfig(temperature=1.0, max_new_tokens=reply))
+
+    unlimited = play()
+    assert not any(t.context_ended for t in unlimited)
+    limit = sampler.context_length = min(len(t.steps[-1].prompt_ids) for t in unlimited) + reply
+    trajectories = play()
+    ended = [t for t in trajectories if t.context_ended]
+    assert 0 < len(ended) < len(trajectories)
+    assert all(len(s.prompt_ids) + reply <= limit for t in trajectories for s in t.steps)
+    for t, whole in zip(trajectories, unlimited):
+        n = len(t.steps)
+        if t.context_ended:  # the unlimited run's moves up to there; the turn it did not play would not have fitted
+            assert [s.response_ids for s in t.steps] == [s.response_ids for s in whole.steps[:n]]
+            assert n < 6 and not t.success and len(whole.steps[n].prompt_ids) + reply > limit
+        else:
+            assert n == 6
+    assert rollout_metrics(trajectories)["rollout/context_ended"] == len(ended)
+    assert summarize(trajectories)["context_ended"] == len(ended)
+    assert [from_record(to_record(t)).context_ended for t in trajectories] == [t.context_ended for t in trajectories]
+    with EnvPool(HouseholdEnvConfig(max_steps=6), EnvPoolConfig(workers=0)) as pool:  # DAgger plays the same way
+        played = play_labelled(pool, sampler, tokenizer, ["train-3", "train-8"], FULL,
+                               SamplingConfig(temperature=1.0, max_new_tokens=reply), 0.0, random.Random(0))
+    assert any(t.context_ended for t in played.trajectories)
+
+    labelled = copy.deepcopy(trajectories)
+    for t in labelled:
+        for i, s in enumerate(t.steps):
+            s.progress = i % 2 == 0
+    answer = 40
+    config = GCDAuxConfig(labels=["env"], pairs_per_step=40, group_size=2, sampling={"max_new_tokens": answer})
+    judge = GCDLoss(config, sampler, tokenizer, seed=0, turns=turns)
+    too_long = sum(len(judge_ids(tokenizer, s, turns)) + answer > limit for t in labelled for s in t.steps)
+    prepared = judge.prepare(labelled, step=1)  # the sampler refuses a prompt past its context
+    assert prepared.metrics["too_long"] == too_long > 0 and prepared.samples
+    assert all(len(s.ids) <= limit for s in prepared.samples)
 
 
 def test_a_prompt_past_the_models_positions_is_refused(tiny_model_dir):

@@ -69,7 +69,8 @@ def play_labelled(pool, sampler, tokenizer, tasks: list[str], prompt, sampling, 
     """Play one episode of each task in lock-step, every state labelled by the expert."""
     episodes = [Episode(slot=i, trajectory=Trajectory(task_id=t, group_id=i, task_type=pool.local.task_type(t)))
                 for i, t in enumerate(tasks)]
-    rules = EpisodeRules(tokenizer, prompt, "", pool.max_steps)
+    rules = EpisodeRules(tokenizer, prompt, "", pool.max_steps, context=getattr(sampler, "context_length", None),
+                         reply_tokens=sampling.max_new_tokens)
     observations = pool.reset({e.slot: e.trajectory.task_id for e in episodes})
     active = [e for e in episodes if rules.started(e, observations[e.slot])]
     examples, agreed = [], 0

@@ -49,6 +49,7 @@ def summarize(trajectories) -> dict:
         "mean_return": sum(s.reward for s in steps) / max(n, 1),
         "mean_score": sum(t.score for t in trajectories) / max(n, 1),
         "aborted": aborted,
+        "context_ended": sum(t.context_ended for t in trajectories),
     }
 
 

@@ -70,6 +70,7 @@ def rollout_metrics(trajectories) -> dict[str, float]:
         "rollout/repeated_rate": sum(t.repeated_actions for t in trajectories) / max(len(steps), 1),
         "rollout/response_tokens": statistics.fmean(len(s.response_ids) for s in steps) if steps else 0.0,
         "rollout/aborted": float(sum(t.aborted for t in trajectories)),
+        "rollout/context_ended": float(sum(t.context_ended for t in trajectories)),
         "rollout/dropped_groups": float(len(broken)),
         "rollout/uniform_groups": float(uniform),  # their returns all the same: no group-relative advantage
         **{f"rollout/success/{kind}": statistics.fmean(wins) for kind, wins in sorted(by_type.items())},

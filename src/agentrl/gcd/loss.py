@@ -142,8 +142,9 @@ def select_pairs(judge, trajectories, step: int):
         judge.external.counts = dict.fromkeys(judge.external.counts, 0)  # a step that asks nothing logs zeros
     labelled = label_steps(trajectories, cfg.labels, judge.external, cfg.external.pairs_per_step
                            if cfg.external else 0, rng)
-    chosen = balanced_selection(labelled, cfg.pairs_per_step, rng)
-    metrics = {**label_counts(labelled), "pairs": float(len(chosen))}
+    fitting = [x for x in labelled if judge.fits(x.step)]
+    chosen = balanced_selection(fitting, cfg.pairs_per_step, rng)
+    metrics = {**label_counts(labelled), "pairs": float(len(chosen)), "too_long": float(len(labelled) - len(fitting))}
     if judge.external is not None:
         metrics["labels/llm_errors"] = float(judge.external.errors)
         metrics.update({f"labels/llm_{k}": float(v) for k, v in judge.external.counts.items()})
@@ -168,7 +169,15 @@ def eval_pairs(judge, trajectories, seed: int):
     """Balanced labelled steps for measuring judge accuracy (rule and environment labels only,
     so evaluation never calls the external judge)."""
     sources = [s for s in judge.config.labels if s != "llm"]
-    return balanced_selection(label_steps(trajectories, sources), judge.config.eval_pairs, random.Random(seed))
+    labelled = [x for x in label_steps(trajectories, sources) if judge.fits(x.step)]
+    return balanced_selection(labelled, judge.config.eval_pairs, random.Random(seed))
+
+
+def fits(tokenizer, step, turns: ChatTurns | None, context: int | None, answer_tokens: int) -> bool:
+    """Whether the judge's prompt for `step` and an answer of `answer_tokens` fit in `context`: with
+    full history the prompt holds the episode so far, which may fill the context (the episode
+    ends only when its own next turn would not fit)."""
+    return turns is None or context is None or len(judge_ids(tokenizer, step, turns)) + answer_tokens <= context
 
 
 class GCDLoss(Component):
@@ -186,6 +195,10 @@ class GCDLoss(Component):
 
     def hint(self, step: int) -> str:
         return self.correction.refresh(step) if self.correction else ""
+
+    def fits(self, step) -> bool:
+        return fits(self.tokenizer, step, self.turns, getattr(self.sampler, "context_length", None),
+                    self.config.sampling.max_new_tokens)
 
     def state(self) -> dict:
         return {"critiques": self.critiques, "hint": self.correction.hint if self.correction else ""}
@@ -260,6 +273,9 @@ class ClassifierJudgeLoss(Component):
 
     def parameters(self):
         return list(self.head.parameters())
+
+    def fits(self, step) -> bool:
+        return fits(self.tokenizer, step, self.turns, getattr(self.model.config, "max_position_embeddings", None), 1)
 
     def loss(self, actor, batch):
         return self.hidden_loss(actor.token_hidden(batch), batch)

@@ -47,9 +47,12 @@ class Episode:
 class EpisodeRules:
     """How one episode advances: its next prompt, its action from a generation, an env answer."""
 
-    def __init__(self, tokenizer, prompt, hint: str, max_steps: int, retries: int = 0):
+    def __init__(self, tokenizer, prompt, hint: str, max_steps: int, retries: int = 0,
+                 context: int | None = None, reply_tokens: int = 0):
+        """`context`: the sampler's (None: unbounded); with full history an episode whose next
+        prompt and a reply of `reply_tokens` would pass it ends there."""
         self.tokenizer, self.prompt, self.hint, self.max_steps = tokenizer, prompt, hint, max_steps
-        self.retries = retries
+        self.retries, self.context, self.reply_tokens = retries, context, reply_tokens
         self.turns = ChatTurns(tokenizer) if prompt.full_history else None
 
     def ask(self, e: Episode) -> list[int]:
@@ -133,7 +136,15 @@ class EpisodeRules:
         if result.done:
             e.trajectory.success = result.success
             return False
-        return len(e.trajectory.steps) < self.max_steps
+        return len(e.trajectory.steps) < self.max_steps and self.fits(e)
+
+    def fits(self, e: Episode) -> bool:
+        """Whether the episode's next prompt (full history: it grows every turn) leaves room for a
+        reply in the context; if not, the episode is marked as ended by it."""
+        if self.turns is None or self.context is None:
+            return True
+        e.trajectory.context_ended = len(self.ask(e)) + self.reply_tokens > self.context
+        return not e.trajectory.context_ended
 
 
 def collect(pool, sampler, tokenizer, tasks: list[str], group_size: int, prompt, sampling,
@@ -155,7 +166,8 @@ def collect(pool, sampler, tokenizer, tasks: list[str], group_size: int, prompt,
             traj = Trajectory(task_id=task_id, group_id=first_group_id + t,
                               task_type=pool.local.task_type(task_id))
             episodes.append(Episode(slot=len(episodes), trajectory=traj))
-    rules = EpisodeRules(tokenizer, prompt, hint, pool.max_steps, sampling.retries)
+    rules = EpisodeRules(tokenizer, prompt, hint, pool.max_steps, sampling.retries,
+                         getattr(sampler, "context_length", None), sampling.max_new_tokens)
     play = _lockstep if mode == "lockstep" else _async
     play(pool, sampler, rules, episodes, sampling, timing, finished or (lambda n: None), batch_window_s)
     return [e.trajectory for e in episodes]

@@ -3,6 +3,7 @@
 and a researcher's own scripts read both.
 
     {"task_id", "task_type", "group_id", "success", "aborted", "version" (training, where recorded),
+     "context_ended" (where true),
      "steps": [{"observation", "prompt", "response", "action", "reward", "penalty", "progress",
                 "anchor", "advantage", "rejected"}, ...]}
 
@@ -24,8 +25,10 @@ STEP_FIELDS = ("observation", "prompt", "response", "action", "reward", "penalty
 
 def to_record(t: Trajectory) -> dict:
     version = {} if t.version is None else {"version": t.version}
+    ended = {"context_ended": True} if t.context_ended else {}
     return {"task_id": t.task_id, "task_type": t.task_type, "group_id": t.group_id, "success": t.success,
-            "aborted": t.aborted, **version, "steps": [{k: getattr(s, k) for k in STEP_FIELDS} for s in t.steps]}
+            "aborted": t.aborted, **version, **ended,
+            "steps": [{k: getattr(s, k) for k in STEP_FIELDS} for s in t.steps]}
 
 
 def from_record(row: dict) -> Trajectory:
@@ -35,7 +38,8 @@ def from_record(row: dict) -> Trajectory:
                         rejected=s.get("rejected", 0))
              for s in row["steps"]]
     return Trajectory(row["task_id"], row.get("group_id", 0), row["task_type"], steps, success=row["success"],
-                      aborted=row.get("aborted", False), version=row.get("version"))
+                      aborted=row.get("aborted", False), version=row.get("version"),
+                      context_ended=row.get("context_ended", False))
 
 
 def _open(path: Path, mode: str, compressed: bool):

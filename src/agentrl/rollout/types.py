@@ -52,6 +52,9 @@ class Trajectory:
     """The worker failed mid-episode; the trajectory is kept out of the advantage computation."""
     version: int | None = None
     """The policy that sampled it: the weights after this many updates (None: not recorded)."""
+    context_ended: bool = False
+    """With `prompt.full_history`: ended because its next prompt and a reply of `max_new_tokens`
+    would pass the sampler's context (`Sampler.context_length`); like running out of `env.max_steps`."""
 
     @property
     def episode_reward(self) -> float:

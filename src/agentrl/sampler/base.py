@@ -17,6 +17,10 @@ class Generation:
 
 
 class Sampler(Protocol):
+    context_length: int | None
+    """The most tokens a prompt with its reply may hold (None: unbounded); full-history episodes
+    end before their next turn would pass it."""
+
     def generate(self, prompts: list[list[int]], params) -> list[Generation]: ...
 
     def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:

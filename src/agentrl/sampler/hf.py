@@ -29,6 +29,7 @@ class HFSampler:
         self.share_prefixes = share_prefixes and shared_decode.supports(model)
         self.packing = Packing.for_model(model.config)
         self.kept = shared_decode.KeptCache(model, keep_mib) if keep_mib > 0 and self.share_prefixes else None
+        self.context_length = getattr(model.config, "max_position_embeddings", None)
 
     def sleep(self) -> None:
         """The kept keys and values go (the weights are about to change); the model is the
@@ -66,11 +67,11 @@ class HFSampler:
     def _check_context(self, length: int) -> None:
         """A prompt and its reply past the model's positions would be sampled beyond what it was
         trained on (no error from the model itself): refused, with the way out."""
-        limit = getattr(self.model.config, "max_position_embeddings", None)
+        limit = self.context_length
         if limit is not None and length > limit:
             raise RunError(f"a prompt with its reply reaches {length} tokens, past the model's {limit} positions "
-                           f"(max_position_embeddings): with prompt.full_history, a shorter env.max_steps or "
-                           f"prompt.turn_template, or a model with a longer context")
+                           f"(max_position_embeddings): a shorter prompt or sampling.max_new_tokens, or a model "
+                           f"with a longer context")
 
     def _generate(self, prompts: list[list[int]], params) -> tuple[torch.Tensor, torch.Tensor]:
         """(tokens, their log-probs), each (prompts, steps), from `generate` on the left-padded prompts."""
