@@ -80,7 +80,7 @@ class VLLMSampler:
                        enable_sleep_mode=self.can_sleep, enforce_eager=config.enforce_eager,
                        logprobs_mode="processed_logprobs")
         self.tied = bool(self.llm.llm_engine.model_config.hf_config.tie_word_embeddings)
-        self.context_length = self.llm.llm_engine.model_config.max_model_len
+        self.context_length = config.max_model_len  # the engine is built with it
 
     def generate(self, prompts: list[list[int]], params) -> list[Generation]:
         if not prompts:
