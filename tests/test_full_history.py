@@ -143,14 +143,12 @@ def test_full_history_expert_data_encodes_to_the_prompts_the_rollout_builds(tiny
 
 
 def test_what_reads_a_step_prompt_as_text_is_refused_with_full_history():
-    """The actor judges from token ids (below); the external judge and the coupling lab read text."""
+    """The GCD judges are given the episode (below); the coupling lab reads a step's prompt text."""
     from agentrl.recipe import validate_config
 
-    validate_config({"prompt": {"full_history": True}, "rl": {"aux": [{"type": "gcd"}]}})
-    validate_config({"prompt": {"full_history": True}, "rl": {"aux": [{"type": "gcd", "judge": "classifier"}]}})
-    with pytest.raises(Exception, match=r"rl\.aux\[0\] \(gcd\) reads a step's prompt as text"):
-        validate_config({"prompt": {"full_history": True}, "rl": {"aux": [{
-            "type": "gcd", "labels": ["llm"], "external": {"base_url": "http://127.0.0.1:1", "model": "m"}}]}})
+    for judge in ({"judge": "classifier"}, {"labels": ["llm", "env"], "external": {"base_url": "http://127.0.0.1:1",
+                                                                                    "model": "m"}}):
+        validate_config({"prompt": {"full_history": True}, "rl": {"aux": [{"type": "gcd", **judge}]}})
     with pytest.raises(Exception, match=r"rl\.components\[0\] \(coupling\) reads"):
         validate_config({"prompt": {"full_history": True}, "rl": {"components": [{"type": "coupling"}]}})
     validate_config({"prompt": {"full_history": True}, "rl": {"components": [{"type": "nthr"}]}})
@@ -187,6 +185,52 @@ def test_the_gcd_judge_is_asked_in_the_episodes_own_conversation(episodes, tiny_
     asked = {tuple(judge_ids(tokenizer, s, turns)) for s in trajectory.steps}
     samples = generative.prepare([labelled], step=1).samples  # a good and a bad step, 2 verdicts each
     assert len(samples) == 4 and all(tuple(s.ids[:len(s.ids) - s.n_targets]) in asked for s in samples)
+
+
+def test_the_external_judge_is_sent_the_episodes_conversation(episodes):
+    """With full history the external judge (over a real HTTP server on 127.0.0.1 that records what
+    it is sent) gets each step's episode so far as a chat: every earlier turn, the step's prompt
+    and reply, then the question."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from agentrl.gcd.judge import ChatEndpoint, ExternalJudge, judge_question
+    from agentrl.gcd.loss import GCDAuxConfig, GCDLoss
+
+    received = []
+
+    class Recorder(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            received.append(body["messages"])
+            reply = json.dumps({"choices": [{"message": {"content": "<verdict>good</verdict>"}}] * body["n"]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args):
+            pass
+
+    tokenizer, trajectories = episodes
+    trajectory = max(trajectories, key=lambda t: len(t.steps))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/v1"
+        config = GCDAuxConfig(labels=["llm"], external={"base_url": url, "model": "m", "pairs_per_step": 99})
+        external = ExternalJudge(ChatEndpoint(url, "m", None, 10), asks=2, agree=2, temperature=0.0, max_tokens=8)
+        judge = GCDLoss(config, None, tokenizer, seed=0, external=external, turns=ChatTurns(tokenizer))
+        assert judge.prepare([trajectory], step=1).metrics["labels/llm_good"] == len(trajectory.steps)
+    finally:
+        server.shutdown()
+        server.server_close()
+    expected = [[m for s in trajectory.steps[:k + 1] for m in ({"role": "user", "content": s.prompt},
+                                                              {"role": "assistant", "content": s.response})]
+                + [{"role": "user", "content": judge_question(trajectory.steps[k])}] for k in range(len(trajectory.steps))]
+    assert sorted(map(json.dumps, received)) == sorted(map(json.dumps, expected))
 
 
 def test_rl_trains_the_gcd_judge_on_full_history_episodes(tiny_model_dir, tmp_path):

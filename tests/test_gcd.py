@@ -11,7 +11,7 @@ from agentrl.data import read_chat_dataset
 from agentrl.envs import make_env
 from agentrl.envs.household.env import HouseholdEnvConfig
 from agentrl.gcd.data import collect_judgment_data
-from agentrl.gcd.judge import ChatEndpoint, ExternalJudge, judge_prompt, parse_verdict, vote
+from agentrl.gcd.judge import ChatEndpoint, ExternalJudge, judge_messages, judge_prompt, parse_verdict, vote
 from agentrl.gcd.labels import balanced_selection, label_steps, rule_labels
 from agentrl.gcd.loss import GCDAuxConfig, GCDLoss, JudgeEndpointConfig
 from agentrl.metrics import LossOutputs
@@ -163,7 +163,7 @@ def test_external_judge_over_a_real_http_server(judge_server):
     replies = endpoint.complete("hello", n=5, temperature=1.0, max_tokens=5)
     assert len(replies) == 5 and all(isinstance(r, str) for r in replies)
 
-    steps = traj(["kitchen", "garden", "hall"]).steps
+    steps = [judge_messages([s]) for s in traj(["kitchen", "garden", "hall"]).steps]
     judge = ExternalJudge(endpoint, asks=5, agree=4, temperature=0.0, max_tokens=20)
     assert judge.label(steps) == [True, True, True]
     assert judge.errors == 0 and judge.counts == {"asked": 3, "answers": 15, "parsed": 15, "agreed": 3}

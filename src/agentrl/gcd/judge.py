@@ -33,6 +33,17 @@ def judge_prompt(step: StepSample) -> str:
     return f"{step.prompt}\n{judge_question(step)}"
 
 
+def judge_messages(steps: list[StepSample], full_history: bool = False) -> list[dict]:
+    """The chat an external judge is sent about the last of `steps` (an episode's steps up to the
+    judged one): its prompt text with the question; with `prompt.full_history`, the episode's
+    conversation up to the step's reply (the replies as decoded) and the question as the next turn."""
+    if not full_history:
+        return [{"role": "user", "content": judge_prompt(steps[-1])}]
+    turns = [m for s in steps
+             for m in ({"role": "user", "content": s.prompt}, {"role": "assistant", "content": s.response})]
+    return turns + [{"role": "user", "content": judge_question(steps[-1])}]
+
+
 def judge_ids(tokenizer, step: StepSample, turns: ChatTurns | None = None) -> list[int]:
     """The token ids the actor judges a step from: the step's prompt text with the question; with
     `prompt.full_history` (`turns`), the episode's own conversation up to the step's sampled reply,
@@ -92,8 +103,11 @@ class ChatEndpoint:
         self.model, self.api_key_env, self.timeout_s = model, api_key_env, timeout_s
         self.retries, self.backoff_s = retries, backoff_s
 
-    def complete(self, prompt: str, n: int = 1, temperature: float = 1.0, max_tokens: int = 256) -> list[str]:
-        body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "n": n,
+    def complete(self, prompt: str | list[dict], n: int = 1, temperature: float = 1.0,
+                 max_tokens: int = 256) -> list[str]:
+        """`n` answers to `prompt`: a user message's text, or the chat's messages."""
+        messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+        body = {"model": self.model, "messages": messages, "n": n,
                 "temperature": temperature, "max_tokens": max_tokens}
         for attempt in range(self.retries + 1):
             try:
@@ -140,17 +154,18 @@ class ExternalJudge:
         """The last `label` call's steps asked about, answers received, answers with a verdict, and
         steps whose verdicts agreed (each step that is not labelled is in one of the gaps)."""
 
-    def _ask(self, step: StepSample) -> list[bool | None] | EndpointError:
-        """The parsed verdicts of the answers about `step`, or the request's failure."""
+    def _ask(self, messages: list[dict]) -> list[bool | None] | EndpointError:
+        """The parsed verdicts of the answers to a step's chat (`judge_messages`), or the request's failure."""
         try:
-            replies = self.endpoint.complete(judge_prompt(step), self.asks, self.temperature, self.max_tokens)
+            replies = self.endpoint.complete(messages, self.asks, self.temperature, self.max_tokens)
         except EndpointError as error:
             return error
         return [parse_verdict(r) for r in replies]
 
-    def label(self, steps: list[StepSample]) -> list[bool | None]:
+    def label(self, asks: list[list[dict]]) -> list[bool | None]:
+        """A verdict (or None) for each step's chat (`judge_messages`)."""
         with ThreadPoolExecutor(self.concurrency) as executor:
-            answers = list(executor.map(self._ask, steps))
+            answers = list(executor.map(self._ask, asks))
         failures = [a for a in answers if isinstance(a, EndpointError)]
         if failures and self.errors == 0:
             print(f"external judge at {self.endpoint.url} failed ({failures[0]}); such steps stay unlabelled")
@@ -158,7 +173,7 @@ class ExternalJudge:
         answers = [None if isinstance(a, EndpointError) else a for a in answers]
         verdicts = [None if a is None else vote(a, self.agree) for a in answers]
         received = [a for a in answers if a is not None]
-        self.counts = {"asked": len(steps), "answers": sum(map(len, received)),
+        self.counts = {"asked": len(asks), "answers": sum(map(len, received)),
                        "parsed": sum(v is not None for a in received for v in a),
                        "agreed": sum(v is not None for v in verdicts)}
         return verdicts

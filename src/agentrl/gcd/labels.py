@@ -15,6 +15,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 
+from agentrl.gcd.judge import judge_messages
 from agentrl.rollout.types import StepSample, Trajectory
 
 
@@ -46,8 +47,10 @@ def env_labels(traj: Trajectory) -> dict[int, tuple[bool, str]]:
 
 
 def label_steps(trajectories: list[Trajectory], sources: list[str], external=None,
-                external_budget: int = 0, rng: random.Random | None = None) -> list[LabeledStep]:
-    """Every labelled step of `trajectories`, in trajectory order."""
+                external_budget: int = 0, rng: random.Random | None = None,
+                full_history: bool = False) -> list[LabeledStep]:
+    """Every labelled step of `trajectories`, in trajectory order; `full_history`: the external
+    judge is sent each step's episode so far as a conversation (`judge_messages`)."""
     labelled: dict[tuple[int, int], LabeledStep] = {}
     for source in sources:
         if source == "llm":
@@ -56,7 +59,7 @@ def label_steps(trajectories: list[Trajectory], sources: list[str], external=Non
             if external is None or not unlabelled:
                 continue
             chosen = (rng or random.Random(0)).sample(unlabelled, min(external_budget, len(unlabelled)))
-            verdicts = external.label([trajectories[t].steps[i] for t, i in chosen])
+            verdicts = external.label([judge_messages(trajectories[t].steps[:i + 1], full_history) for t, i in chosen])
             for (t, i), verdict in zip(chosen, verdicts):
                 if verdict is not None:
                     labelled[(t, i)] = LabeledStep(trajectories[t].steps[i], verdict, "llm",

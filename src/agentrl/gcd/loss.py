@@ -117,12 +117,6 @@ class GCDAuxConfig(Section):
     def one_process_only(self) -> str | None:
         return "the GCD classifier head" if self.judge == "classifier" else None
 
-    @property
-    def reads_prompt_text(self) -> bool:
-        """The external judge is sent a step's prompt text; the actor judges from the step's token ids
-        (with `prompt.full_history`, the episode's conversation up to the step)."""
-        return "llm" in self.labels
-
     @model_validator(mode="after")
     def _llm_needs_endpoint(self):
         if "llm" in self.labels and self.external is None:
@@ -141,7 +135,7 @@ def select_pairs(judge, trajectories, step: int):
     if judge.external is not None:
         judge.external.counts = dict.fromkeys(judge.external.counts, 0)  # a step that asks nothing logs zeros
     labelled = label_steps(trajectories, cfg.labels, judge.external, cfg.external.pairs_per_step
-                           if cfg.external else 0, rng)
+                           if cfg.external else 0, rng, full_history=judge.turns is not None)
     fitting = [x for x in labelled if judge.fits(x.step)]
     chosen = balanced_selection(fitting, cfg.pairs_per_step, rng)
     metrics = {**label_counts(labelled), "pairs": float(len(chosen)), "too_long": float(len(labelled) - len(fitting))}
