@@ -86,9 +86,23 @@ def test_run_pipeline_end_to_end_and_rerun_skips_done_phases(tmp_path, capsys):
     assert all(data.startswith(b"\x89PNG") and len(data) > 5000 for data in figures.values())
     assert main(["plot", str(tmp_path)]) == 2 and "no RL metrics" in capsys.readouterr().err
 
+    # What decides each phase's reuse, by construction: every setting of its sections, less the few
+    # that change nothing its steps did (named here, so that one more is a decision, not a slip).
+    from agentrl.provenance import flatten
+    from agentrl.recipe import load_config
+    record = json.loads((run / "phases.json").read_text())
+    leaves = set(flatten(load_config(path).model_dump(mode="json")))
+    continuable = {"rl": ("rl.steps", "rl.eval_every", "rl.save_every", "rl.keep_last", "rl.env_pool",
+                          "rl.max_aborted_share", "rl.max_skipped_updates", "rl.check_logprobs_every",
+                          "rl.save_rollouts", "rl.log_samples"),
+                   "sft": ("sft.save_every",), "eval": ("eval.max_aborted_share", "eval.initial")}
+    for phase, section in (("rl", "rl"), ("sft", "sft"), ("eval sft", "eval"), ("eval rl", "eval")):
+        deciding = {k for k in leaves if k.startswith(section + ".")
+                    and not any(k == c or k.startswith(c + ".") for c in continuable[section])}
+        assert deciding and deciding <= set(record[phase]), (phase, deciding - set(record[phase]))
+
     # Recorded before a setting existed (rl.mini_batch_order, at its old behaviour): every phase is
     # kept, the RL phase's checkpoints too (a stricter comparison there once deleted them).
-    record = json.loads((run / "phases.json").read_text())
     for settings in record.values():
         settings.pop("rl.mini_batch_order", None)
     (run / "phases.json").write_text(json.dumps(record))
@@ -337,6 +351,27 @@ def test_data_from_a_recipe_without_sft_or_rl_sections(tmp_path, capsys):
         assert main(["data", str(path), "--out", str(out), *args]) == 0
         assert f"settings changed ({key}), redoing" in capsys.readouterr().err
     assert len({json.loads(line)["task_id"] for line in out.read_text().splitlines()}) == 4  # the last --episodes
+
+
+def test_a_model_folder_rewritten_in_place_is_another_model(tmp_path):
+    """A model's fingerprint (what decides whether results made from it are reused) changes when a
+    file is rewritten with other bytes of the same size, as a retrained model's weights are."""
+    import os
+
+    from agentrl.provenance import folder_fingerprint
+
+    model = tmp_path / "model"
+    model.mkdir()
+    weights = model / "model.safetensors"
+    weights.write_bytes(b"a" * 64)
+    os.utime(weights, ns=(1_000_000_000, 1_000_000_000))
+    first = folder_fingerprint(model)
+    assert folder_fingerprint(model) == first and folder_fingerprint(tmp_path / "absent") is None
+    weights.write_bytes(b"b" * 64)
+    os.utime(weights, ns=(2_000_000_000, 2_000_000_000))  # written a second later
+    assert folder_fingerprint(model) != first
+    (model / "extra.json").write_text("{}")
+    assert len({first, folder_fingerprint(model)}) == 2
 
 
 def test_a_setting_added_since_at_its_old_behaviour_keeps_a_phase(tmp_path):

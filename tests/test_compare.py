@@ -12,7 +12,7 @@ from scipy import stats as scipy_stats
 
 from agentrl import stats
 from agentrl.cli import main
-from agentrl.compare import Run, markdown, paired, read_run, summarize
+from agentrl.compare import Run, markdown, paired, read_run, summarize, write_report
 from agentrl.config import ConfigError
 from agentrl.rollout.records import read_trajectories
 
@@ -179,6 +179,62 @@ def test_report_marks_a_t_interval_only_where_it_excludes_0():
     assert cells[3].endswith("] *") and cells[4].split(",")[1].endswith("] *")
     single = _row(markdown(summarize({"a": runs([8]), "b": runs([5])})), "a - b")
     assert not single[3].endswith("*") and "*" not in single[4]
+
+
+def test_a_tied_seed_is_counted_as_tied_not_as_a_win():
+    # Seed by seed A - B: 0 (5 wins each), +0.2, -0.1: A is better at 1 of 3 seeds, B at 1, one tie.
+    def runs(wins):
+        return [Run(Path(f"seed{seed}"), seed, {"l0": {f"t{t}": float(t < k) for t in range(10)}})
+                for seed, k in enumerate(wins)]
+
+    a, b = runs([5, 6, 4]), runs([5, 4, 5])
+    pair = summarize({"a": a, "b": b})["pairs"]["a - b"]["l0"]
+    assert (pair["seeds_a_better"], pair["seeds_tied"]) == (1, 1)
+    assert _row(markdown(summarize({"a": a, "b": b})), "a - b")[6] == "1/3"
+    assert _row(markdown(summarize({"b": b, "a": a})), "b - a")[6] == "1/3"
+
+
+def test_p_improvement_resamples_seeds_in_pairs():
+    # A's rates 0.3 / 0.7 over B's 0.2 / 0.6, seed by seed. Seeds resampled in pairs, every resample
+    # holds some A run above its own B run: P(A>B) is 1 (one seed twice) or 3/4 (both), never below.
+    # Resampled apart, A's 0.3 twice against B's 0.6 twice (1 in 16) gives 0.
+    def runs(wins):
+        return [Run(Path(f"seed{seed}"), seed, {"l0": {f"t{t}": float(t < k) for t in range(10)}})
+                for seed, k in enumerate(wins)]
+
+    pair = summarize({"a": runs([3, 7]), "b": runs([2, 6])})["pairs"]["a - b"]["l0"]
+    assert pair["p_improvement"] == pytest.approx(3 / 4)
+    assert pair["p_improvement_ci95"] == pytest.approx((0.75, 1.0))
+
+
+def test_an_rl_run_is_read_only_once_finished(tmp_path):
+    """An RL run folder whose last evaluation is not at its rl.steps is a stopped run, not a result."""
+    from agentrl.rollout.records import write_trajectories
+    from agentrl.rollout.types import Trajectory
+
+    run = tmp_path / "seed0"
+    folder = run / "eval" / "step_000002"
+    folder.mkdir(parents=True)
+    write_trajectories(folder / "trajectories_l0.jsonl", [Trajectory("l0-0", 0, "t", [], success=True)])
+    (folder / "results.json").write_text(json.dumps({"l0": {"success": 1.0}}))
+    (run / "config.yaml").write_text("seed: 0\nrl: {steps: 4}\n")
+    with pytest.raises(ConfigError, match="not finished"):
+        read_run(run)
+    folder.rename(run / "eval" / "step_000004")
+    assert read_run(run).outcomes["l0"] == {"l0-0": 1.0}
+
+
+def test_two_runs_of_one_seed_are_refused(tmp_path):
+    """Two runs of one method at the same seed would each be paired with the other method's run of
+    that seed, counting it twice: the report refuses them, naming both."""
+    def run(name, seed):
+        return Run(Path(name), seed, {"l0": {"t0": 1.0, "t1": 0.0}})
+
+    with pytest.raises(ConfigError, match="two runs of the same seed.*a0.*a1"):
+        write_report({"a": [run("a0", 0), run("a1", 0)], "b": [run("b0", 0)]}, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    write_report({"a": [run("a0", 0), run("a1", 1)], "b": [run("b0", 0)]}, tmp_path / "out")
+    assert (tmp_path / "out" / "summary.md").is_file()
 
 
 # --- a real comparison -----------------------------------------------------------------------------

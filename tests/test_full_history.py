@@ -255,6 +255,21 @@ def test_rl_trains_the_gcd_judge_on_full_history_episodes(tiny_model_dir, tmp_pa
     assert "aux/gcd/pairs" in metrics
 
 
+def test_each_state_prompt_is_built_once(tiny_model_dir):
+    """With a context to check against, the prompt the check builds is the one sampled: the chat
+    template renders each step's prompt once (and once more when the rules are made)."""
+    tokenizer = load_tokenizer(tiny_model_dir)
+    sampler, render = HFSampler(load_model(tiny_model_dir), tokenizer), tokenizer.apply_chat_template
+    sampler.context_length, renders = 100_000, []
+    tokenizer.apply_chat_template = lambda *a, **k: renders.append(1) or render(*a, **k)
+    torch.manual_seed(0)
+    with EnvPool(HouseholdEnvConfig(max_steps=4), EnvPoolConfig(workers=0)) as pool:
+        trajectories = collect(pool, sampler, tokenizer, ["train-3", "train-8"], 2, FULL,
+                               SamplingConfig(temperature=1.0, max_new_tokens=8))
+    assert sum(len(t.steps) for t in trajectories) > 4
+    assert len(renders) == 1 + sum(len(t.steps) for t in trajectories)
+
+
 def test_an_episode_ends_where_its_next_turn_would_pass_the_context(tiny_model_dir):
     """With a context that only the shortest last turn fits, every prompt sampled leaves room for a reply; the
     episodes that ended for it are marked (the metric, the evaluation summary and the records say
@@ -321,6 +336,27 @@ def test_a_prompt_past_the_models_positions_is_refused(tiny_model_dir):
     assert len(sampler.generate([[5] * (limit - 4)], params)) == 1
     with pytest.raises(RunError, match=f"reaches {limit + 1} tokens, past the model's {limit} positions"):
         sampler.generate([[5] * 8, [5] * (limit - 3)], params)
+
+
+def test_the_next_turn_computes_only_what_the_kept_cache_has_not(tiny_model_dir):
+    """After a reply that ended on its stop token, the next turn reads the prompt and the reply
+    from the kept cache (all but the reply's last token, which was sampled, not yet computed) and
+    computes only the rest: that token, the turn's closing and the new user turn."""
+    tokenizer, model = load_tokenizer(tiny_model_dir), load_model(tiny_model_dir)
+    sampler, turns, params = HFSampler(model, tokenizer, keep_mib=64), ChatTurns(tokenizer), \
+        SamplingConfig(temperature=1.0, max_new_tokens=12)
+    first = turns.first("Task: put a mug in the cabinet.\nObservation: you are in the kitchen.")
+    torch.manual_seed(0)
+    [probe] = HFSampler(model, tokenizer).generate([first], params)
+    stop = next(i for i, t in enumerate(probe.token_ids) if i >= 2 and t not in probe.token_ids[:i])
+    sampler.eos_id = probe.token_ids[stop]  # the same draw stops there: a reply of 3 tokens or more
+    torch.manual_seed(0)
+    [reply] = sampler.generate([first], params)
+    assert reply.token_ids == probe.token_ids[:stop + 1]
+    second = turns.next(first, reply.token_ids, "Observation: you open the cabinet.")
+    computed = sampler.kept.computed
+    sampler.generate([second], params)
+    assert sampler.kept.computed - computed == len(second) - len(first) - len(reply.token_ids)
 
 
 def test_a_sampler_keeping_each_episodes_cache_samples_what_prefilling_every_prompt_samples(tiny_model_dir):

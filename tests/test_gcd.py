@@ -143,6 +143,34 @@ def test_critiques_are_of_the_actions_rightly_called_bad(pessimist_dir):
     batch = loss.prepare([traj(["start", "A", "B", "A", "C"], success=True)], step=1)  # a0 bad, a4 good
     assert batch.metrics["pairs"] == 2 and batch.metrics["judge_accuracy"] == 0.5
     assert loss.critiques == [("a0", "a loop")] * 3
+    # Past max_critiques the oldest go: the newest are what correction summarises.
+    loss = GCDLoss(config.model_copy(update={"max_critiques": 4}), HFSampler(model, tokenizer), tokenizer, seed=0)
+    loss.critiques = [(f"old {i}", "seen before") for i in range(5)]
+    loss.prepare([traj(["start", "A", "B", "A", "C"], success=True)], step=1)
+    assert loss.critiques == [("old 4", "seen before")] + [("a0", "a loop")] * 3
+
+
+def test_correction_summarises_the_newest_critiques(tiny_model_dir, tmp_path):
+    """The summary is asked of the last `correction.critiques` critiques, the newest the judge wrote."""
+    from agentrl.gcd.correction import PromptCorrection
+    from agentrl.gcd.loss import CorrectionConfig
+
+    class Recording(HFSampler):  # the real sampler, its prompts kept
+        def generate(self, prompts, params):
+            self.asked = [self.tokenizer.decode(p) for p in prompts]
+            return super().generate(prompts, params)
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    sampler = Recording(load_model(tiny_model_dir), tokenizer)
+    sampler.tokenizer = tokenizer
+    source = GCDLoss(GCDAuxConfig(), sampler, tokenizer, seed=0)
+    source.critiques = [(f"action {i}", f"reason {i}") for i in range(5)]
+    correction = PromptCorrection(CorrectionConfig(every=1, critiques=2, max_new_tokens=4), source, sampler,
+                                  tokenizer, None, tmp_path / "correction.jsonl")
+    correction.refresh(2)
+    [asked] = sampler.asked
+    assert "- action 3: reason 3" in asked and "- action 4: reason 4" in asked
+    assert not any(f"action {i}" in asked for i in range(3))
 
 
 @pytest.fixture(scope="module")

@@ -36,12 +36,12 @@ def test_parts_add_their_losses_and_keep_their_metrics():
 
 
 def test_the_sampler_gap_by_hand():
-    actor, sampler = torch.tensor([-1.0, -2.0, -0.5]), torch.tensor([-1.0, -1.5, -1.0])
-    log_ratio = [0.0, -0.5, 0.5]  # log p_actor / p_sampler
+    actor, sampler = torch.tensor([-1.0, -2.5, -0.5]), torch.tensor([-1.0, -1.5, -1.0])
+    log_ratio = [0.0, -1.0, 0.5]  # log p_actor / p_sampler; the largest gap is below 0
     tally = Tally().add(sampler_check(actor[:2] - sampler[:2])).add(sampler_check(actor[2:] - sampler[2:]))
     gap = sampler_gap(tally)
-    assert gap["rollout/logprob_diff_mean"] == pytest.approx(1 / 3)
-    assert gap["rollout/logprob_diff_max"] == pytest.approx(0.5)
+    assert gap["rollout/logprob_diff_mean"] == pytest.approx(1.5 / 3)
+    assert gap["rollout/logprob_diff_max"] == pytest.approx(1.0)
     # KL(sampler || actor) from tokens the sampler drew: mean of p_a/p_s - 1 - log(p_a/p_s)
     assert gap["rollout/kl_sampler_actor"] == pytest.approx(sum(math.exp(r) - 1 - r for r in log_ratio) / 3)
     assert not tally.counts and not tally.largest  # taken out of the update's other metrics

@@ -71,6 +71,30 @@ def test_each_queued_message_is_timed_from_when_its_worker_begins_it():
         assert pool.faults == ["worker 0 did not answer a step of 1 environment(s) within the time limit "
                                "(rl.env_pool.step_timeout_s = 0.5 each)"]
 
+
+def test_a_message_sent_later_does_not_extend_the_one_in_flight():
+    """Async rollouts keep sending a worker moves while an earlier one hangs: the hung one times out
+    by its own clock, from when the worker began it, however many are sent after it."""
+    import time
+
+    from agentrl.envs.latency import LatencyEnvConfig
+
+    hung = LatencyEnvConfig(step_median_s=10.0, step_sigma=0.0)
+    with EnvPool(hung, EnvPoolConfig(workers=1, step_timeout_s=1.0)) as pool:
+        observations = pool.reset({slot: f"train-{slot % 3}" for slot in range(10)})
+        start = time.monotonic()
+        pool.submit("step", {0: observations[0].admissible_actions[0]})
+        answers = {}
+        for slot in range(1, 10):  # one more move every 0.4 s for 3.6 s, unless the first has timed out
+            answers.update(pool.receive(0.4))
+            if 0 in answers:
+                break
+            pool.submit("step", {slot: observations[slot].admissible_actions[0]})
+        while 0 not in answers:
+            answers.update(pool.receive())
+        assert answers[0] is None and time.monotonic() - start < 2.5
+        assert pool.faults[0].startswith("worker 0 did not answer a step of 1 environment(s)")
+
 # --- faults: real worker processes, killed or frozen with real signals --------------------------
 import os
 import signal

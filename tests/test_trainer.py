@@ -194,6 +194,10 @@ def test_the_critic_runs_each_distinct_prompt_once_with_the_same_values_and_grad
     for name, param in critic.named_parameters():
         torch.testing.assert_close(grads[name], param.grad, atol=1e-5, rtol=1e-5, msg=name)
     assert together[0] == together[2] == together[3] != together[1]
+    with torch.no_grad():  # V(s): the head on the body's hidden state at the prompt's last token
+        for ids, value in zip(prompts, together):
+            last = critic.body(input_ids=torch.tensor([ids])).last_hidden_state[0, -1]
+            assert critic.head(last).item() == pytest.approx(value.item(), abs=1e-5)
 
 
 def test_nthr_runs_inside_the_update(tiny_model_dir, tmp_path):

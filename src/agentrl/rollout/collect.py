@@ -42,6 +42,8 @@ class Episode:
     prompt_ids: list[int] = field(default_factory=list)
     rejected: int = 0
     """Moves the environment rejected in the current state (its `try_step`)."""
+    asked: bool = False
+    """Whether `prompt_text` and `prompt_ids` are the current state's prompt (built once a state)."""
 
 
 class EpisodeRules:
@@ -58,15 +60,19 @@ class EpisodeRules:
     def ask(self, e: Episode) -> list[int]:
         """Render the episode's next prompt (kept on the episode); its token ids. With
         `prompt.full_history` after the first step: the text of the new user turn, appended to
-        the last step's prompt and sampled response."""
+        the last step's prompt and sampled response. Built once a state: a move the environment
+        rejected is chosen again from the same prompt."""
+        if e.asked:
+            return e.prompt_ids
         steps = e.trajectory.steps
         if self.turns is not None and steps:
             e.prompt_text = render_prompt(self.prompt.turn_template, e.observation, [], len(steps), 0)
             e.prompt_ids = self.turns.next(steps[-1].prompt_ids, steps[-1].response_ids, e.prompt_text)
-            return e.prompt_ids
-        text = render_prompt(self.prompt.template, e.observation, e.history, len(steps), self.prompt.history_length)
-        e.prompt_text = f"{self.hint}\n{text}" if self.hint else text
-        e.prompt_ids = encode_prompt(self.tokenizer, e.prompt_text)
+        else:
+            text = render_prompt(self.prompt.template, e.observation, e.history, len(steps), self.prompt.history_length)
+            e.prompt_text = f"{self.hint}\n{text}" if self.hint else text
+            e.prompt_ids = encode_prompt(self.tokenizer, e.prompt_text)
+        e.asked = True
         return e.prompt_ids
 
     def conversation(self, e: Episode) -> list[dict]:
@@ -114,7 +120,7 @@ class EpisodeRules:
 
     def started(self, e: Episode, observation) -> bool:
         """Apply a reset's answer; whether the episode goes on."""
-        e.observation = observation
+        e.observation, e.asked = observation, False
         e.trajectory.aborted = observation is None
         return not e.trajectory.aborted
 
@@ -132,7 +138,7 @@ class EpisodeRules:
         sample = e.trajectory.steps[-1]
         sample.reward, sample.progress = result.reward, result.progress
         e.history.append(HistoryEntry(e.observation.text, sample.action or "(no valid action)"))
-        e.observation = result.observation
+        e.observation, e.asked = result.observation, False
         if result.done:
             e.trajectory.success = result.success
             return False
