@@ -3,6 +3,8 @@ import re
 import string
 import time
 
+import pytest
+
 from agentrl.envs.household import HouseholdEnv
 from agentrl.prompting import format_response, parse_action, render_prompt, HistoryEntry
 from agentrl.config import PromptConfig
@@ -97,3 +99,33 @@ def test_the_environments_memory_fills_its_placeholder():
     obs.memory = None
     assert "Notes: (none)\n" in render_prompt(template, obs, [], 3, 0)
     PromptConfig(template=template, history_length=0)  # a known placeholder
+
+
+@pytest.mark.parametrize("full_history", [False, True], ids=["window", "full_history"])
+def test_the_rollout_asks_in_each_state_what_the_expert_data_shows(tiny_model_dir, full_history):
+    """Played along the expert's moves, every prompt the rollout builds (the history window of
+    earlier observations and the moves made from them, or the whole conversation) is the one the
+    SFT data shows in that state: what the cold start learns is what RL asks."""
+    from conftest import COMPACT
+
+    from agentrl.data import expert_episode
+    from agentrl.models import load_tokenizer
+    from agentrl.rollout.collect import Episode, EpisodeRules
+    from agentrl.rollout.types import Trajectory
+    from agentrl.sampler.base import Generation
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    prompt = PromptConfig(template=COMPACT, history_length=2, full_history=full_history)
+    examples = expert_episode(HouseholdEnv(), "train-3", prompt)
+    env = HouseholdEnv()
+    rules = EpisodeRules(tokenizer, prompt, "", env.max_steps)
+    episode = Episode(0, Trajectory("train-3", 0, env.task_type("train-3")))
+    rules.started(episode, env.reset("train-3"))
+    for example in examples:
+        rules.ask(episode)
+        assert rules.conversation(episode) == example["messages"][:-1]
+        reply = tokenizer(example["messages"][-1]["content"], add_special_tokens=False).input_ids
+        action = rules.act(episode, Generation(reply + [tokenizer.eos_token_id], [0.0] * (len(reply) + 1)))
+        if not rules.stepped(episode, env.step(action)):
+            break
+    assert len(episode.trajectory.steps) == len(examples) >= 3 and episode.trajectory.success

@@ -10,8 +10,9 @@ from safetensors.torch import load_file
 
 from agentrl.checkpoint import list_checkpoints
 from agentrl.recipe import validate_config
+from agentrl.seeding import step_seed
 from agentrl.tracking import read_metrics
-from agentrl.trainer import RLTrainer, shuffled
+from agentrl.trainer import RLTrainer, epoch_orders, shuffled
 
 
 def small_config(run_dir, steps, **rl):
@@ -92,6 +93,25 @@ def test_shuffled_deals_whole_task_groups_or_every_sample():
                    if groups[a] == groups[b])  # each group's samples in their order
 
 
+def test_every_epoch_deals_whole_task_groups():
+    """rl.epochs > 1: each epoch reshuffles the last one's order, and a grouped order keeps every
+    task group whole and in its order in every epoch, not only the first."""
+    groups = [7, 7, 7, 3, 3, 3, 3, 9, 9, 5, 5, 5]
+    orders = epoch_orders(12, groups, 4, 0, 1)
+    assert len({tuple(o) for o in orders}) > 1
+    for order in orders:
+        runs = [groups[i] for i in order]
+        assert sorted(order) == list(range(12)) and len({g for g, prev in zip(runs, [None, *runs]) if g != prev}) == 4
+        assert all(order.index(a) < order.index(b) for a in range(12) for b in range(a + 1, 12) if groups[a] == groups[b])
+    plain, rng, expected = list(range(12)), random.Random(step_seed(0, 1, "shuffle")), []
+    for _ in range(4):
+        rng.shuffle(plain)
+        expected.append(list(plain))
+    assert epoch_orders(12, None, 4, 0, 1) == expected  # shuffled: each epoch from the last, as before
+    steps = [tuple(epoch_orders(12, groups, 1, 0, step)[0]) for step in range(1, 9)]
+    assert len(set(steps)) > 4 and epoch_orders(12, groups, 1, 0, 3)[0] == list(steps[2])  # drawn from (seed, step)
+
+
 def test_grouped_mini_batches_compute_fewer_tokens_on_the_same_rollouts(tiny_model_dir, tmp_path):
     """Mini-batches of whole task groups keep each group's shared prompts together: the same step
     samples, fewer computed tokens."""
@@ -111,14 +131,20 @@ def test_aux_loss_joins_the_update(tiny_model_dir, tmp_path):
     from agentrl.envs.household import HouseholdEnv
 
     collect_expert_data(HouseholdEnv(), PromptConfig(template=COMPACT, history_length=1), 2, tmp_path / "j.jsonl", 0)
-    config = small_config(tmp_path, 1, aux=[{"type": "chat_sft", "name": "judge", "data": str(tmp_path / "j.jsonl"),
-                                            "batch_size": 4, "weight": 0.5}])
+    config = small_config(tmp_path, 1, epochs=2, aux=[{"type": "chat_sft", "name": "judge", "data": str(tmp_path / "j.jsonl"),
+                                                      "batch_size": 4, "weight": 0.5}])
     trainer = RLTrainer(config, str(tiny_model_dir), tmp_path)
+    aux, prepared, trained = trainer.aux_losses[0], [], []
+    prepare, loss = aux.prepare, aux.loss
+    aux.prepare = lambda *a: prepared.append(prepare(*a)) or prepared[-1]
+    aux.loss = lambda actor, batch: trained.append(batch.n_tokens) or loss(actor, batch)
     try:
         metrics = trainer.train_step()
     finally:
         trainer.close()
     assert metrics["aux/judge/loss"] > 0
+    # the aux samples dealt over the mini-batches (more than one here): each trained once an epoch
+    assert len(trained) > 2 and sum(trained) == 2 * sum(s.n_targets for s in prepared[0].samples)
 
 
 def test_kl_as_reward_penalty(tiny_model_dir, tmp_path):
@@ -383,6 +409,25 @@ def test_balance_task_types_draws_each_steps_tasks_a_type_at_a_time(tiny_model_d
         finally:
             trainer.close()
         assert played == drawn != other
+
+
+def test_every_round_of_tasks_is_drawn_apart_and_by_type_when_balanced(tiny_model_dir, tmp_path):
+    """A step's rounds of tasks (rl.rollout.filter_groups draws more): each from (seed, step,
+    round, rank), round 0 shared by the ranks, and every round by type with rl.balance_task_types."""
+    from agentrl.envs.base import sample_tasks
+    from agentrl.envs.household import HouseholdEnv
+    from agentrl.rollout.collect import draw_tasks
+
+    env = HouseholdEnv()
+    for balance in (False, True):
+        config = small_config(tmp_path, 1, balance_task_types=balance)
+        rounds = [draw_tasks(env, config, 5, draw, 1, 6) for draw in range(4)]
+        assert len({tuple(r) for r in rounds}) == 4 and draw_tasks(env, config, 5, 0, 0, 6) == rounds[0]
+        assert draw_tasks(env, config, 5, 2, 0, 6) != rounds[2]  # a later round: the rank's own
+        for draw, tasks in enumerate(rounds):
+            key = "tasks" if draw == 0 else f"tasks:{draw}:1"
+            assert tasks == sample_tasks(env, "train", 6, random.Random(step_seed(3, 5, key)), by_type=balance) \
+                != sample_tasks(env, "train", 6, random.Random(step_seed(3, 5, key)), by_type=not balance)
 
 
 def test_filter_groups_draws_more_tasks_and_trains_only_groups_whose_returns_differ(choice_model_dir, tmp_path):
