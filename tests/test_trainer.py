@@ -411,6 +411,17 @@ def test_balance_task_types_draws_each_steps_tasks_a_type_at_a_time(tiny_model_d
         assert played == drawn != other
 
 
+def test_differing_groups_are_those_with_unequal_returns_and_no_aborted_episode():
+    from agentrl.rollout.types import StepSample, Trajectory, differing_groups
+
+    def episode(group, reward, aborted=False):
+        return Trajectory("t", group, "k", [StepSample([], [], [], "", "a", "o", "o", reward=reward)], aborted=aborted)
+
+    played = [episode(4, 1.0), episode(4, 0.0), episode(5, 1.0), episode(5, 0.0, aborted=True),
+              episode(6, 1.0), episode(6, 1.0), episode(2, 0.0), episode(2, 0.1 + 0.2 - 0.3 + 1e-12)]
+    assert differing_groups(played) == [4]
+
+
 def test_every_round_of_tasks_is_drawn_apart_and_by_type_when_balanced(tiny_model_dir, tmp_path):
     """A step's rounds of tasks (rl.rollout.filter_groups draws more): each from (seed, step,
     round, rank), round 0 shared by the ranks, and every round by type with rl.balance_task_types."""
