@@ -197,6 +197,50 @@ def test_critic_regresses_to_its_targets(tiny_model_dir):
     assert clipped.values(prompts, 100) == [0.0, 0.0]
 
 
+def test_the_critic_component_regresses_each_step_onto_its_own_return(tiny_model_dir):
+    from agentrl.advantages.common import Advantages
+    from agentrl.advantages.ppo import PPOConfig
+    from agentrl.components import StepBatch
+    from agentrl.critic import Critic, CriticComponent
+    from agentrl.rollout.types import StepSample, Trajectory
+
+    def step(ids):
+        return StepSample(ids, [], [], "", "a", "o", "o")
+
+    trajectories = [Trajectory("t", 0, "k", [step([5, 6, 7, 8])]),
+                    Trajectory("t", 0, "k", [step([9, 10, 11]), step([4, 4])])]
+    steps = [s for t in trajectories for s in t.steps]
+    component = CriticComponent(Critic(str(tiny_model_dir), PPOConfig(critic_lr=3e-3, value_clip=100.0)), 3, 100, 0)
+    for number in range(1, 61):
+        batch = StepBatch(number, trajectories, steps, [])
+        component.score(batch)
+        batch.advantages = Advantages([[0.0], [0.0, 0.0]], returns=[[1.0], [-2.0, 0.5]])
+        component.after_update(batch)
+    assert component.critic.values([s.prompt_ids for s in steps], 100) == pytest.approx([1.0, -2.0, 0.5], abs=0.15)
+
+
+def test_the_critic_update_does_not_depend_on_its_micro_batches(tiny_model_dir):
+    """The token budget splits a mini-batch into micro-batches; the update (weights, metrics) is
+    the same as in one piece."""
+    import random
+
+    from agentrl.advantages.ppo import PPOConfig
+    from agentrl.critic import Critic
+
+    prompts, targets = [[5, 6, 7, 8], [9, 10, 11], [5, 6, 2], [7, 7, 7, 7, 7]], [1.0, -2.0, 0.5, 3.0]
+    def flat(critic):
+        return torch.cat([p.detach().flatten() for p in critic.parameters()])
+
+    runs = []
+    for budget in (100, 5):
+        critic = Critic(str(tiny_model_dir), PPOConfig(critic_lr=3e-3, value_clip=100.0))
+        before = flat(critic)
+        metrics = critic.update(prompts, targets, [0.0] * 4, 4, budget, random.Random(0))
+        runs.append((metrics, flat(critic)))
+    assert runs[0][0] == pytest.approx(runs[1][0], rel=1e-5)
+    assert torch.allclose(runs[0][1], runs[1][1], atol=1e-6) and not torch.equal(runs[0][1], before)
+
+
 def test_the_critic_runs_each_distinct_prompt_once_with_the_same_values_and_gradients(tiny_model_dir):
     from agentrl.advantages.ppo import PPOConfig
     from agentrl.critic import Critic
