@@ -112,6 +112,8 @@ MUTANTS = [
            "_start_worker, (env_config, prompt, keep_failed)", "_start_worker, (env_config, prompt, False)", ["test_sft.py"]),
     Mutant("provenance: a plugin package's subpackages not fingerprinted", "src/agentrl/provenance.py",
            'files = sorted(source.parent.rglob("*.py"))', 'files = sorted(source.parent.glob("*.py"))', ["test_plugins.py"]),
+    Mutant("export: the oldest kept checkpoint exported", "src/agentrl/checkpoint.py",
+           'latest_checkpoint(run_dir) / "model"\n', 'list_checkpoints(run_dir)[0] / "model"\n', ["test_trainer.py"]),
     Mutant("trainer: policy loss ignores the sampling temperature", "src/agentrl/trainer.py",
            "StepLoss(self.rl, config.sampling.temperature or 1.0)", "StepLoss(self.rl, 1.0)", TRAINER),
     Mutant("trainer: sampler check scores at temperature 1", "src/agentrl/trainer.py",

@@ -79,6 +79,14 @@ def test_training_changes_the_weights_and_logs_namespaced_metrics(tiny_model_dir
     assert metrics["rollout/length"] == 3.0  # untrained model: every episode runs to max_steps
 
 
+def test_the_exported_model_is_the_last_checkpoint(tiny_model_dir, tmp_path):
+    run(small_config(tmp_path / "run", 2, keep_last=2), tiny_model_dir)
+    first, last = list_checkpoints(tmp_path / "run")
+    weights = [folder / "model" / "model.safetensors" for folder in (tmp_path / "run", last, first)]
+    exported, saved_last, saved_first = (w.read_bytes() for w in weights)
+    assert exported == saved_last != saved_first
+
+
 def test_shuffled_deals_whole_task_groups_or_every_sample():
     samples, groups = list(range(12)), [7, 7, 7, 3, 3, 3, 3, 9, 9, 5, 5, 5]
     plain = list(samples)
@@ -102,7 +110,8 @@ def test_every_epoch_deals_whole_task_groups():
     for order in orders:
         runs = [groups[i] for i in order]
         assert sorted(order) == list(range(12)) and len({g for g, prev in zip(runs, [None, *runs]) if g != prev}) == 4
-        assert all(order.index(a) < order.index(b) for a in range(12) for b in range(a + 1, 12) if groups[a] == groups[b])
+        assert all(order.index(a) < order.index(b) for a in range(12) for b in range(a + 1, 12)
+                   if groups[a] == groups[b])
     plain, rng, expected = list(range(12)), random.Random(step_seed(0, 1, "shuffle")), []
     for _ in range(4):
         rng.shuffle(plain)
@@ -131,8 +140,8 @@ def test_aux_loss_joins_the_update(tiny_model_dir, tmp_path):
     from agentrl.envs.household import HouseholdEnv
 
     collect_expert_data(HouseholdEnv(), PromptConfig(template=COMPACT, history_length=1), 2, tmp_path / "j.jsonl", 0)
-    config = small_config(tmp_path, 1, epochs=2, aux=[{"type": "chat_sft", "name": "judge", "data": str(tmp_path / "j.jsonl"),
-                                                      "batch_size": 4, "weight": 0.5}])
+    judge = {"type": "chat_sft", "name": "judge", "data": str(tmp_path / "j.jsonl"), "batch_size": 4, "weight": 0.5}
+    config = small_config(tmp_path, 1, epochs=2, aux=[judge])
     trainer = RLTrainer(config, str(tiny_model_dir), tmp_path)
     aux, prepared, trained = trainer.aux_losses[0], [], []
     prepare, loss = aux.prepare, aux.loss
