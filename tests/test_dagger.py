@@ -1,12 +1,14 @@
 """DAgger: the policy plays, the environment's expert labels every state it reached."""
 
+import json
 import random
 
+import pytest
 from conftest import COMPACT
 
 from agentrl.config import DaggerConfig, EnvPoolConfig, PromptConfig, SamplingConfig
 from agentrl.dagger import expert_share, play_labelled
-from agentrl.data import expert_episode
+from agentrl.data import encode_conversation, expert_episode
 from agentrl.envs import make_env
 from agentrl.envs.base import NoExpertMove
 from agentrl.envs.household.env import HouseholdEnvConfig
@@ -18,25 +20,35 @@ from agentrl.sampler.hf import HFSampler
 PROMPT = PromptConfig(template=COMPACT, history_length=1)
 
 
-def play(model_dir, tasks, share, workers=0):
+def play(model_dir, tasks, share, workers=0, prompt=PROMPT):
     tokenizer = load_tokenizer(model_dir)
     sampler = HFSampler(load_model(model_dir), tokenizer)
     with EnvPool(HouseholdEnvConfig(), EnvPoolConfig(workers=workers)) as pool:
-        return play_labelled(pool, sampler, tokenizer, tasks, PROMPT, SamplingConfig(temperature=1.0), share,
+        return play_labelled(pool, sampler, tokenizer, tasks, prompt, SamplingConfig(temperature=1.0), share,
                              random.Random(0))
 
 
-def test_with_every_move_the_experts_dagger_is_the_expert_data(tiny_model_dir):
+@pytest.mark.parametrize("prompt", [PROMPT, PromptConfig(template=COMPACT, history_length=1, full_history=True)],
+                         ids=["window", "full_history"])
+def test_with_every_move_the_experts_dagger_is_the_expert_data(tiny_model_dir, prompt):
     """Expert share 1: the policy's moves are never executed, so the labelled states are the
-    expert's own episodes, example for example, whatever the random-init policy said."""
+    expert's own episodes, example for example (with a full history, the conversation up to each
+    state), whatever the random-init policy said."""
     env = make_env(HouseholdEnvConfig())
     tasks = env.split_tasks("train")[:6]
-    played = play(tiny_model_dir, tasks, share=1.0)
+    played = play(tiny_model_dir, tasks, share=1.0, prompt=prompt)
     stats = played.stats()
     assert stats.success == 1.0 and stats.episodes == 6 and stats.policy_agreement < 0.5
-    expert = [example for task in tasks for example in expert_episode(env, task, PROMPT)]
+    expert = [example for task in tasks for example in expert_episode(env, task, prompt)]
     ordered = sorted(played.examples, key=lambda e: tasks.index(e["task_id"]))  # stable within a task
     assert [e["messages"] for e in ordered] == [e["messages"] for e in expert]
+    if prompt.full_history:  # each state asked with the tokens SFT encodes its conversation to
+        tokenizer = load_tokenizer(tiny_model_dir)
+        for trajectory in played.trajectories:
+            mine = [e for e in played.examples if e["task_id"] == trajectory.task_id]
+            assert len(mine) == len(trajectory.steps)
+            for step, example in zip(trajectory.steps, mine):
+                assert encode_conversation(tokenizer, example["messages"]).ids == step.prompt_ids + step.response_ids
 
 
 def test_the_policys_states_are_labelled_with_the_experts_move_from_there(tiny_model_dir):
@@ -62,8 +74,9 @@ def test_the_policys_states_are_labelled_with_the_experts_move_from_there(tiny_m
             [s.prompt for s in trajectory.steps][:len(labels)]
 
 
-def test_the_rounds_play_with_their_own_sampling(tiny_model_dir, tmp_path):
-    """Every move of a round is sampled as `sft.dagger.sampling` says, not as evaluation does."""
+def test_the_rounds_play_their_own_tasks_with_their_own_sampling(tiny_model_dir, tmp_path):
+    """Every move of a round is sampled as `sft.dagger.sampling` says, not as evaluation does, and
+    each round plays tasks of its own, drawn from (seed, round)."""
     from agentrl.dagger import dagger_data
     from agentrl.recipe import validate_config
 
@@ -79,9 +92,14 @@ def test_the_rounds_play_with_their_own_sampling(tiny_model_dir, tmp_path):
                               "sft": {"dagger": dagger}, "eval": {"sampling": {"max_new_tokens": 6}}})
     tokenizer = load_tokenizer(tiny_model_dir)
     sampler = Recording(load_model(tiny_model_dir), tokenizer)
+    tasks = []
     with EnvPool(config.env, EnvPoolConfig(workers=0)) as pool:
-        dagger_data(pool, sampler, tokenizer, config, 1, tmp_path / "labels.jsonl")
-    assert len(sampler.params) == 3 and all(p == config.sft.dagger.sampling for p in sampler.params)
+        for number, round_number in enumerate((1, 2, 1)):
+            out = tmp_path / f"labels{number}.jsonl"
+            dagger_data(pool, sampler, tokenizer, config, round_number, out)
+            tasks.append(list(dict.fromkeys(json.loads(line)["task_id"] for line in out.read_text().splitlines())))
+    assert len(sampler.params) == 9 and all(p == config.sft.dagger.sampling for p in sampler.params)
+    assert len(tasks[1]) == 2 and tasks[0] == tasks[2] != tasks[1]
 
 
 def test_expert_share_is_annealed_linearly_over_the_rounds():

@@ -236,7 +236,13 @@ class NaNLossConfig(Section):
     type: Literal["nan_loss"] = "nan_loss"
 
 
+NAN = {"on": True}
+"""Whether nan_loss is not a number (else a plain policy-gradient loss)."""
+
+
 def nan_loss(logp, old_logp, advantages, segments, config):
+    if not NAN["on"]:
+        return -advantages * torch.exp(logp - old_logp), {}
     return logp * float("nan"), {}
 
 
@@ -249,6 +255,7 @@ def test_non_finite_updates_are_skipped_counted_and_stop_the_run(tmp_path, tiny_
 
     if "nan_loss" not in POLICY_LOSSES.names():
         POLICY_LOSSES.register("nan_loss", NaNLossConfig, target=nan_loss)
+    NAN["on"] = True
     config = validate_config(with_(run_dir=str(tmp_path / "run"), rl__loss={"type": "nan_loss"},
                                    rl__max_skipped_updates=2, rl__optim={"lr": 1e-2}))
     with RLTrainer(config, str(tiny_model_dir), Path(config.run_dir)) as trainer:
@@ -257,6 +264,10 @@ def test_non_finite_updates_are_skipped_counted_and_stop_the_run(tmp_path, tiny_
         assert metrics["actor/skipped_updates"] == 1
         assert all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
         assert not trainer.actor.optimizer.state  # Adam never stepped
+        NAN["on"] = False
+        assert trainer.train_step()["actor/skipped_updates"] == 0
+        NAN["on"] = True
+        assert trainer.train_step()["actor/skipped_updates"] == 1  # 2 skipped in all, 1 in a row: goes on
         with pytest.raises(RunError, match="2 optimiser updates in a row had a non-finite loss"):
             trainer.train_step()
 

@@ -158,3 +158,20 @@ def test_a_plugin_component_and_train_resume_against_changed_plugin_code(tmp_pat
         load_config(recipe, ["rl.components=[{type: step_costs}]"])
     with pytest.raises(ConfigError, match="trainer component 'kl_reference' is built for every run from the run's settings"):
         load_config(recipe, ["rl.components=[{type: kl_reference}]"])  # registered like a plugin, always on
+
+
+def test_a_plugin_packages_every_module_is_part_of_its_fingerprint(tmp_path, monkeypatch):
+    """An edit anywhere in an imported plugin package, a subpackage's module included, changes the
+    settings its phases were made with."""
+    from agentrl.provenance import plugin_fingerprints
+    from agentrl.recipe import validate_config
+
+    (tmp_path / "mypkg" / "sub").mkdir(parents=True)
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "sub" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "sub" / "estimator.py").write_text("GAMMA = 0.9\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = validate_config({"imports": ["mypkg"]})
+    before = plugin_fingerprints(config)["plugin mypkg"]
+    (tmp_path / "mypkg" / "sub" / "estimator.py").write_text("GAMMA = 0.8\n")
+    assert plugin_fingerprints(config)["plugin mypkg"] != before

@@ -3,6 +3,8 @@ import re
 import string
 import time
 
+import pytest
+
 from agentrl.envs.household import HouseholdEnv
 from agentrl.prompting import format_response, parse_action, render_prompt, HistoryEntry
 from agentrl.config import PromptConfig
@@ -76,6 +78,15 @@ def test_expert_responses_round_trip():
     assert obs.task in text and "go to" in text and "Observation: a" in text
 
 
+def test_the_history_window_shows_the_latest_moves_in_order():
+    obs = HouseholdEnv().reset("train-0")
+    history = [HistoryEntry(f"seen {i}", f"did {i}") for i in range(4)]
+    window = "Observation: seen 2\nAction: did 2\nObservation: seen 3\nAction: did 3"
+    assert render_prompt("{history}", obs, history, 4, 2) == window
+    assert render_prompt("{history}", obs, history, 4, 0) == "(none)"
+    assert render_prompt("{history}", obs, history[:1], 1, 2) == "Observation: seen 0\nAction: did 0"
+
+
 def test_meta_reasoning_tags_count_as_the_reasoning_block():
     from agentrl.prompting import reasoning_tag
     assert parse_action("<planning>first x</planning><action>Go to X</action>") == "go to x"
@@ -97,3 +108,56 @@ def test_the_environments_memory_fills_its_placeholder():
     obs.memory = None
     assert "Notes: (none)\n" in render_prompt(template, obs, [], 3, 0)
     PromptConfig(template=template, history_length=0)  # a known placeholder
+
+
+@pytest.mark.parametrize("full_history", [False, True], ids=["window", "full_history"])
+def test_the_rollout_asks_in_each_state_what_the_expert_data_shows(tiny_model_dir, full_history):
+    """Played along the expert's moves, every prompt the rollout builds (the history window of
+    earlier observations and the moves made from them, or the whole conversation) is the one the
+    SFT data shows in that state: what the cold start learns is what RL asks."""
+    from conftest import COMPACT
+
+    from agentrl.data import expert_episode
+    from agentrl.models import load_tokenizer
+    from agentrl.rollout.collect import Episode, EpisodeRules
+    from agentrl.rollout.types import Trajectory
+    from agentrl.sampler.base import Generation
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    prompt = PromptConfig(template=COMPACT, history_length=1, full_history=full_history)
+    examples = expert_episode(HouseholdEnv(), "train-3", prompt)
+    env = HouseholdEnv()
+    rules = EpisodeRules(tokenizer, prompt, "", env.max_steps)
+    episode = Episode(0, Trajectory("train-3", 0, env.task_type("train-3")))
+    rules.started(episode, env.reset("train-3"))
+    for example in examples:
+        rules.ask(episode)
+        assert rules.conversation(episode) == example["messages"][:-1]
+        reply = tokenizer(example["messages"][-1]["content"], add_special_tokens=False).input_ids
+        action = rules.act(episode, Generation(reply + [tokenizer.eos_token_id], [0.0] * (len(reply) + 1)))
+        if not rules.stepped(episode, env.step(action)):
+            break
+    assert len(episode.trajectory.steps) == len(examples) >= 3 and episode.trajectory.success
+
+
+def test_a_model_trained_with_other_prompt_settings_is_said_for_every_setting(tmp_path):
+    """`prompt_differences` names each prompt setting in which a recipe differs from what the model
+    was trained with (every field of the section, by construction: one added later is covered)."""
+    import typing
+
+    from agentrl.prompting import prompt_differences, save_prompt
+
+    trained = PromptConfig()
+    save_prompt(trained, tmp_path)
+    assert prompt_differences(trained, tmp_path) == []
+    for name, field in PromptConfig.model_fields.items():
+        value = getattr(trained, name)
+        if isinstance(value, bool):
+            other = not value
+        elif isinstance(value, (int, float)):
+            other = value + 1
+        elif typing.get_origin(field.annotation) is typing.Literal:
+            other = next(v for v in typing.get_args(field.annotation) if v != value)
+        else:
+            other = value + " "
+        assert prompt_differences(trained.model_copy(update={name: other}), tmp_path) == [name]

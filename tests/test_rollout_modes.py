@@ -102,6 +102,43 @@ def test_a_worker_killed_in_async_mode_aborts_its_episode_only(sampler):
     assert all(len(t.steps) == 4 or t.success for t in trajectories[1:])
 
 
+def test_each_retry_resamples_its_own_episodes_prompt(choice_model_dir):
+    """Episodes in different states: every resample is asked with the prompt of the episode whose
+    answer it replaces, and only those whose current answer names no admissible action."""
+    import twostep
+
+    from agentrl.envs.base import Observation
+    from agentrl.rollout.collect import Episode, EpisodeRules
+    from agentrl.rollout.types import Trajectory
+
+    class Recording(OneAtATime):
+        def generate(self, prompts, params):
+            out = super().generate(prompts, params)
+            self.asked.append((list(prompts), out))
+            return out
+
+    tokenizer = load_tokenizer(choice_model_dir)
+    sampler = Recording(HFSampler(load_model(choice_model_dir), tokenizer))
+    sampler.asked = []
+    rules = EpisodeRules(tokenizer, PromptConfig(template=twostep.TEMPLATE, history_length=1), "", max_steps=2)
+    episodes = [Episode(slot=i, trajectory=Trajectory(task_id="train-0", group_id=0, task_type="two_step"),
+                        observation=Observation(f"You are in hall {i}.", "reach the garden (train-0)", [twostep.GOOD],
+                                                "room:hall", actions_text=f"{twostep.GOOD}, {twostep.BAD}"))
+                for i in range(12)]
+    prompts = [rules.ask(e) for e in episodes]
+    assert len({tuple(p) for p in prompts}) == 12
+    torch.manual_seed(0)
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=24, retries=8)
+    rules.retry(sampler, episodes, sampler.generate(prompts, sampling), sampling)
+    current = list(sampler.asked[0][1])
+    assert len(sampler.asked) > 1  # some first answer named BAD
+    for asked, answers in sampler.asked[1:]:
+        again = [i for i, (e, gen) in enumerate(zip(episodes, current)) if not rules.playable(e, gen)]
+        assert asked == [prompts[i] for i in again]
+        for i, gen in zip(again, answers):
+            current[i] = gen
+
+
 def test_retries_resample_until_the_action_is_admissible(choice_model_dir):
     """The choice model names GOOD or BAD about half the time each; where only GOOD is admissible
     (the prompt still lists both), retries resample just the steps that named BAD, and stop at

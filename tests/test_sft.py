@@ -31,6 +31,13 @@ def test_expert_data_from_worker_processes_is_the_same_file(tmp_path):
                                    workers=2, env_config=config)
     assert serial == parallel and serial["examples"] > 12
     assert (tmp_path / "serial.jsonl").read_bytes() == (tmp_path / "parallel.jsonl").read_bytes()
+    # keep_failed too, on episodes the expert loses (too few steps to finish)
+    short = HouseholdEnvConfig(max_steps=3)
+    serial = collect_expert_data(make_env(short), prompt, 6, tmp_path / "s.jsonl", 3, keep_failed=True)
+    parallel = collect_expert_data(make_env(short), prompt, 6, tmp_path / "p.jsonl", 3, keep_failed=True,
+                                   workers=2, env_config=short)
+    assert serial == parallel and serial["examples"] > 0
+    assert (tmp_path / "s.jsonl").read_bytes() == (tmp_path / "p.jsonl").read_bytes()
 
 
 def test_expert_data_workers_from_a_script_without_main_guard_name_it(tmp_path):

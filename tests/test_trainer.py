@@ -10,8 +10,9 @@ from safetensors.torch import load_file
 
 from agentrl.checkpoint import list_checkpoints
 from agentrl.recipe import validate_config
+from agentrl.seeding import step_seed
 from agentrl.tracking import read_metrics
-from agentrl.trainer import RLTrainer, shuffled
+from agentrl.trainer import RLTrainer, epoch_orders, shuffled
 
 
 def small_config(run_dir, steps, **rl):
@@ -78,6 +79,14 @@ def test_training_changes_the_weights_and_logs_namespaced_metrics(tiny_model_dir
     assert metrics["rollout/length"] == 3.0  # untrained model: every episode runs to max_steps
 
 
+def test_the_exported_model_is_the_last_checkpoint(tiny_model_dir, tmp_path):
+    run(small_config(tmp_path / "run", 2, keep_last=2), tiny_model_dir)
+    first, last = list_checkpoints(tmp_path / "run")
+    weights = [folder / "model" / "model.safetensors" for folder in (tmp_path / "run", last, first)]
+    exported, saved_last, saved_first = (w.read_bytes() for w in weights)
+    assert exported == saved_last != saved_first
+
+
 def test_shuffled_deals_whole_task_groups_or_every_sample():
     samples, groups = list(range(12)), [7, 7, 7, 3, 3, 3, 3, 9, 9, 5, 5, 5]
     plain = list(samples)
@@ -90,6 +99,26 @@ def test_shuffled_deals_whole_task_groups_or_every_sample():
         assert sorted(order) == samples and len({g for g, prev in zip(runs, [None, *runs]) if g != prev}) == 4
         assert all(list(order).index(a) < list(order).index(b) for a, b in zip(samples, samples[1:])
                    if groups[a] == groups[b])  # each group's samples in their order
+
+
+def test_every_epoch_deals_whole_task_groups():
+    """rl.epochs > 1: each epoch reshuffles the last one's order, and a grouped order keeps every
+    task group whole and in its order in every epoch, not only the first."""
+    groups = [7, 7, 7, 3, 3, 3, 3, 9, 9, 5, 5, 5]
+    orders = epoch_orders(12, groups, 4, 0, 1)
+    assert len({tuple(o) for o in orders}) > 1
+    for order in orders:
+        runs = [groups[i] for i in order]
+        assert sorted(order) == list(range(12)) and len({g for g, prev in zip(runs, [None, *runs]) if g != prev}) == 4
+        assert all(order.index(a) < order.index(b) for a in range(12) for b in range(a + 1, 12)
+                   if groups[a] == groups[b])
+    plain, rng, expected = list(range(12)), random.Random(step_seed(0, 1, "shuffle")), []
+    for _ in range(4):
+        rng.shuffle(plain)
+        expected.append(list(plain))
+    assert epoch_orders(12, None, 4, 0, 1) == expected  # shuffled: each epoch from the last, as before
+    steps = [tuple(epoch_orders(12, groups, 1, 0, step)[0]) for step in range(1, 9)]
+    assert len(set(steps)) > 4 and epoch_orders(12, groups, 1, 0, 3)[0] == list(steps[2])  # drawn from (seed, step)
 
 
 def test_grouped_mini_batches_compute_fewer_tokens_on_the_same_rollouts(tiny_model_dir, tmp_path):
@@ -111,14 +140,20 @@ def test_aux_loss_joins_the_update(tiny_model_dir, tmp_path):
     from agentrl.envs.household import HouseholdEnv
 
     collect_expert_data(HouseholdEnv(), PromptConfig(template=COMPACT, history_length=1), 2, tmp_path / "j.jsonl", 0)
-    config = small_config(tmp_path, 1, aux=[{"type": "chat_sft", "name": "judge", "data": str(tmp_path / "j.jsonl"),
-                                            "batch_size": 4, "weight": 0.5}])
+    judge = {"type": "chat_sft", "name": "judge", "data": str(tmp_path / "j.jsonl"), "batch_size": 4, "weight": 0.5}
+    config = small_config(tmp_path, 1, epochs=2, aux=[judge])
     trainer = RLTrainer(config, str(tiny_model_dir), tmp_path)
+    aux, prepared, trained = trainer.aux_losses[0], [], []
+    prepare, loss = aux.prepare, aux.loss
+    aux.prepare = lambda *a: prepared.append(prepare(*a)) or prepared[-1]
+    aux.loss = lambda actor, batch: trained.append(batch.n_tokens) or loss(actor, batch)
     try:
         metrics = trainer.train_step()
     finally:
         trainer.close()
     assert metrics["aux/judge/loss"] > 0
+    # the aux samples dealt over the mini-batches (more than one here): each trained once an epoch
+    assert len(trained) > 2 and sum(trained) == 2 * sum(s.n_targets for s in prepared[0].samples)
 
 
 def test_kl_as_reward_penalty(tiny_model_dir, tmp_path):
@@ -169,6 +204,50 @@ def test_critic_regresses_to_its_targets(tiny_model_dir):
     assert metrics["value_loss"] == pytest.approx(0.5 * (1.95 ** 2 + 2.95 ** 2) / 2)
     assert metrics["value_clipfrac"] == 1.0 and metrics["grad_norm"] == 0.0
     assert clipped.values(prompts, 100) == [0.0, 0.0]
+
+
+def test_the_critic_component_regresses_each_step_onto_its_own_return(tiny_model_dir):
+    from agentrl.advantages.common import Advantages
+    from agentrl.advantages.ppo import PPOConfig
+    from agentrl.components import StepBatch
+    from agentrl.critic import Critic, CriticComponent
+    from agentrl.rollout.types import StepSample, Trajectory
+
+    def step(ids):
+        return StepSample(ids, [], [], "", "a", "o", "o")
+
+    trajectories = [Trajectory("t", 0, "k", [step([5, 6, 7, 8])]),
+                    Trajectory("t", 0, "k", [step([9, 10, 11]), step([4, 4])])]
+    steps = [s for t in trajectories for s in t.steps]
+    component = CriticComponent(Critic(str(tiny_model_dir), PPOConfig(critic_lr=3e-3, value_clip=100.0)), 3, 100, 0)
+    for number in range(1, 61):
+        batch = StepBatch(number, trajectories, steps, [])
+        component.score(batch)
+        batch.advantages = Advantages([[0.0], [0.0, 0.0]], returns=[[1.0], [-2.0, 0.5]])
+        component.after_update(batch)
+    assert component.critic.values([s.prompt_ids for s in steps], 100) == pytest.approx([1.0, -2.0, 0.5], abs=0.15)
+
+
+def test_the_critic_update_does_not_depend_on_its_micro_batches(tiny_model_dir):
+    """The token budget splits a mini-batch into micro-batches; the update (weights, metrics) is
+    the same as in one piece."""
+    import random
+
+    from agentrl.advantages.ppo import PPOConfig
+    from agentrl.critic import Critic
+
+    prompts, targets = [[5, 6, 7, 8], [9, 10, 11], [5, 6, 2], [7, 7, 7, 7, 7]], [1.0, -2.0, 0.5, 3.0]
+    def flat(critic):
+        return torch.cat([p.detach().flatten() for p in critic.parameters()])
+
+    runs = []
+    for budget in (100, 5):
+        critic = Critic(str(tiny_model_dir), PPOConfig(critic_lr=3e-3, value_clip=100.0))
+        before = flat(critic)
+        metrics = critic.update(prompts, targets, [0.0] * 4, 4, budget, random.Random(0))
+        runs.append((metrics, flat(critic)))
+    assert runs[0][0] == pytest.approx(runs[1][0], rel=1e-5)
+    assert torch.allclose(runs[0][1], runs[1][1], atol=1e-6) and not torch.equal(runs[0][1], before)
 
 
 def test_the_critic_runs_each_distinct_prompt_once_with_the_same_values_and_gradients(tiny_model_dir):
@@ -383,6 +462,36 @@ def test_balance_task_types_draws_each_steps_tasks_a_type_at_a_time(tiny_model_d
         finally:
             trainer.close()
         assert played == drawn != other
+
+
+def test_differing_groups_are_those_with_unequal_returns_and_no_aborted_episode():
+    from agentrl.rollout.types import StepSample, Trajectory, differing_groups
+
+    def episode(group, reward, aborted=False):
+        return Trajectory("t", group, "k", [StepSample([], [], [], "", "a", "o", "o", reward=reward)], aborted=aborted)
+
+    played = [episode(4, 1.0), episode(4, 0.0), episode(5, 1.0), episode(5, 0.0, aborted=True),
+              episode(6, 1.0), episode(6, 1.0), episode(2, 0.0), episode(2, 0.1 + 0.2 - 0.3 + 1e-12)]
+    assert differing_groups(played) == [4]
+
+
+def test_every_round_of_tasks_is_drawn_apart_and_by_type_when_balanced(tiny_model_dir, tmp_path):
+    """A step's rounds of tasks (rl.rollout.filter_groups draws more): each from (seed, step,
+    round, rank), round 0 shared by the ranks, and every round by type with rl.balance_task_types."""
+    from agentrl.envs.base import sample_tasks
+    from agentrl.envs.household import HouseholdEnv
+    from agentrl.rollout.collect import draw_tasks
+
+    env = HouseholdEnv()
+    for balance in (False, True):
+        config = small_config(tmp_path, 1, balance_task_types=balance)
+        rounds = [draw_tasks(env, config, 5, draw, 1, 6) for draw in range(4)]
+        assert len({tuple(r) for r in rounds}) == 4 and draw_tasks(env, config, 5, 0, 0, 6) == rounds[0]
+        assert draw_tasks(env, config, 5, 2, 0, 6) != rounds[2]  # a later round: the rank's own
+        for draw, tasks in enumerate(rounds):
+            key = "tasks" if draw == 0 else f"tasks:{draw}:1"
+            assert tasks == sample_tasks(env, "train", 6, random.Random(step_seed(3, 5, key)), by_type=balance) \
+                != sample_tasks(env, "train", 6, random.Random(step_seed(3, 5, key)), by_type=not balance)
 
 
 def test_filter_groups_draws_more_tasks_and_trains_only_groups_whose_returns_differ(choice_model_dir, tmp_path):

@@ -285,11 +285,11 @@ class RLTrainer:
         rl, pad, step = self.rl, self.tokenizer.pad_token_id, batch.step
         check = bool(rl.check_logprobs_every) and step % rl.check_logprobs_every == 0 and rl.old_logprobs != "actor"
         groups = [t.group_id for t in batch.trajectories for _ in t.steps] if rl.mini_batch_order == "grouped" else None
-        tally, computed, samples = Tally(), 0, batch.samples
-        order = random.Random(step_seed(self.config.seed, step, "shuffle"))
-        n_chunks = -(-int(distributed.all_sum([len(samples)])[0]) // rl.mini_batch_size)
-        for epoch in range(rl.epochs):
-            samples = shuffled(samples, groups, order)
+        tally, computed = Tally(), 0
+        orders = epoch_orders(len(batch.samples), groups, rl.epochs, self.config.seed, step)
+        n_chunks = -(-int(distributed.all_sum([len(batch.samples)])[0]) // rl.mini_batch_size)
+        for epoch, order in enumerate(orders):
+            samples = [batch.samples[i] for i in order]
             for k, chunk in enumerate(mini_batch_split(samples, rl.mini_batch_size, n_chunks, self.world)):
                 lengths = [s.n_targets for s in chunk]
                 weights = aggregation_weights(lengths, rl.loss_agg, distributed.all_sum([sum(lengths), len(lengths)]))
@@ -419,6 +419,18 @@ def shuffled(samples: list, groups: list[int] | None, rng: random.Random) -> lis
     order = list(members)
     rng.shuffle(order)
     return [s for group in order for s in members[group]]
+
+
+def epoch_orders(n: int, groups: list[int] | None, epochs: int, seed: int, step: int) -> list[list[int]]:
+    """Each epoch's order of training step `step`'s `n` samples (their indices), drawn from (seed,
+    step), each shuffled from the last epoch's (`shuffled`); with `groups` (each sample's task
+    group) every epoch keeps each group's samples together."""
+    rng = random.Random(step_seed(seed, step, "shuffle"))
+    order, orders = list(range(n)), []
+    for _ in range(epochs):
+        order = shuffled(order, [groups[i] for i in order] if groups is not None else None, rng)
+        orders.append(order)
+    return orders
 
 
 def mini_batch_split(samples: list, size: int, n_chunks: int, world: int) -> list[list]:

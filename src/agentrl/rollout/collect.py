@@ -251,6 +251,14 @@ def _async(pool, sampler, rules, episodes, sampling, timing, finished, batch_win
                 in_env.update(e.slot for e, _ in moves)
 
 
+def draw_tasks(env, config, step: int, draw: int, rank: int, n: int) -> list[str]:
+    """`n` train tasks of round `draw` of training step `step`, by type with rl.balance_task_types:
+    round 0 is the step's own list, the same on every rank (each plays its share); a later round
+    (rl.rollout.filter_groups) is rank `rank`'s own."""
+    key = "tasks" if draw == 0 else f"tasks:{draw}:{rank}"
+    return sample_tasks(env, "train", n, random.Random(step_seed(config.seed, step, key)), config.rl.balance_task_types)
+
+
 def play_step(pool, sampler, tokenizer, config, step: int, hint: str, rank: int = 0,
               world: int = 1, timing: dict | None = None) -> tuple[list, int]:
     """Rank `rank`'s trajectories of training step `step` (1-based) and the rounds of tasks drawn:
@@ -259,9 +267,7 @@ def play_step(pool, sampler, tokenizer, config, step: int, hint: str, rank: int 
     groups differ in return."""
     rl = config.rl
     share, filtering = rl.tasks_per_step // world, rl.rollout.filter_groups
-    tasks = sample_tasks(pool.local, "train", rl.tasks_per_step, random.Random(step_seed(config.seed, step, "tasks")),
-                         rl.balance_task_types)
-    tasks = tasks[rank * share:(rank + 1) * share]
+    tasks = draw_tasks(pool.local, config, step, 0, rank, rl.tasks_per_step)[rank * share:(rank + 1) * share]
     torch.manual_seed(step_seed(config.seed, step, "sampling" if world == 1 else f"sampling:{rank}"))
     rounds = filtering.max_draws if filtering else 1
     trajectories, draws = [], 0
@@ -278,8 +284,7 @@ def play_step(pool, sampler, tokenizer, config, step: int, hint: str, rank: int 
             break
         rate = differing / len(group_by_id(trajectories))  # tasks drawn for the groups missing, at the rate so far
         n = min(share, math.ceil((share - differing) / max(rate, 1 / share)))
-        tasks = sample_tasks(pool.local, "train", n, random.Random(step_seed(config.seed, step, f"tasks:{draw + 1}:{rank}")),
-                             rl.balance_task_types)
+        tasks = draw_tasks(pool.local, config, step, draw + 1, rank, n)
     aborted, total = distributed.all_sum([sum(t.aborted for t in trajectories), len(trajectories)])
     if total and aborted / total > rl.max_aborted_share:
         raise RunError(f"{aborted:.0f} of {total:.0f} episodes aborted in RL step {step} (more than "
