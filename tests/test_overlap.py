@@ -120,6 +120,20 @@ def test_weights_that_are_not_the_version_they_claim_stop_the_run(ahead):
         process.take(3, {})
 
 
+def test_each_step_played_ahead_has_its_own_steps_hint(ahead):
+    """A step played ahead is asked with the hint the components give for that step, not for the
+    step being trained when it was asked (the first k + 1 at the start, each later one after an
+    update)."""
+    process, model = ahead
+    hint = lambda step: f"hint of step {step}"
+    process.start(0, model.named_parameters(), hint)
+    for step in (1, 2, 3):
+        trajectories, _ = process.take(step, {})
+        prompts = [s.prompt for t in trajectories for s in t.steps]
+        assert prompts and all(p.startswith(f"hint of step {step}\n") for p in prompts), step
+        process.after_update(step, model.named_parameters(), hint)
+
+
 def test_the_fingerprint_tells_weights_apart_and_ignores_their_order():
     a = {"w": torch.arange(10_000, dtype=torch.float32), "b": torch.zeros(3)}
     b = {"w": a["w"].clone(), "b": torch.tensor([0.0, 0.0, 1e-7])}
