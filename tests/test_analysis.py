@@ -113,3 +113,15 @@ def test_coupling_metrics_on_played_trajectories(tiny_model_dir):
     assert -1 <= out["grad_cos_pos_neg"] <= 1
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # the model is left as it was
     assert coupling_metrics(model, tokenizer, trajectories[:0], 4, 1e-3, seed=0) == {}
+    one_each = coupling_metrics(model, tokenizer, trajectories, 2, 1e-3, seed=0)  # `pairs` in all, half good
+    assert one_each["influence_same_class"] == 0.0 and one_each["cos_within_class"] == 0.0  # no two of a class
+
+
+def test_action_representations_read_the_last_layer_in_context(tiny_model_dir):
+    """The same response after two prompts: the last layer sees the prompt (the embeddings would not)."""
+    from agentrl.analysis.coupling import action_representations
+
+    model, tokenizer = load_model(tiny_model_dir), load_tokenizer(tiny_model_dir)
+    reps = action_representations(model, tokenizer, [PAIRS[0], Pair("Task: heat an egg.", PAIRS[0].response)])
+    assert reps.shape == (2, model.config.hidden_size)
+    assert not torch.allclose(reps[0], reps[1], atol=1e-4)

@@ -372,6 +372,25 @@ def test_a_model_folder_rewritten_in_place_is_another_model(tmp_path):
     assert folder_fingerprint(model) != first
     (model / "extra.json").write_text("{}")
     assert len({first, folder_fingerprint(model)}) == 2
+    nested = model / "checkpoint" / "optimizer.pt"  # a file in a subfolder (a peft adapter, a checkpoint)
+    nested.parent.mkdir()
+    nested.write_bytes(b"c")
+    with_nested = folder_fingerprint(model)
+    nested.write_bytes(b"cc")
+    assert len({first, with_nested, folder_fingerprint(model)}) == 3
+
+
+def test_a_phase_is_reused_only_with_its_output_and_a_redo_forgets_its_old_record(tmp_path):
+    """Same settings without the output: the phase runs. A phase being redone (its settings changed)
+    loses its record at once, so a redo stopped half-way is not reused by a rerun with the old
+    settings: its output folder then holds the unfinished redo, not what the record describes."""
+    Phases(tmp_path, print).complete("sft", {"sft.lr": 1e-3})
+    assert not Phases(tmp_path, print).reusable("sft", {"sft.lr": 1e-3}, False)
+    Phases(tmp_path, print).complete("sft", {"sft.lr": 1e-3})
+    assert Phases(tmp_path, print).reusable("sft", {"sft.lr": 1e-3}, True)
+    assert not Phases(tmp_path, print).reusable("sft", {"sft.lr": 5e-4}, True)  # the redo starts, then stops
+    assert "sft" not in Phases(tmp_path, print).done
+    assert not Phases(tmp_path, print).reusable("sft", {"sft.lr": 1e-3}, True)
 
 
 def test_a_setting_added_since_at_its_old_behaviour_keeps_a_phase(tmp_path):

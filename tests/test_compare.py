@@ -34,6 +34,11 @@ def test_probability_of_improvement_counts_ties_half():
     assert 0 <= low <= 7 / 9 <= high <= 1
 
 
+def test_iqm_is_the_mean_of_the_middle_half():
+    assert stats.iqm([0, 1, 2, 3, 4, 5, 6, 100]) == pytest.approx(3.5)  # 2, 3, 4, 5
+    assert stats.iqm([9, 1, 5, 3]) == pytest.approx(4.0)  # 3, 5
+
+
 def test_variance_components_by_hand():
     seeds = [[1.0] * 50 + [0.0] * 50, [1.0] * 70 + [0.0] * 30]  # 100 episodes each: 0.5, 0.7
     parts = stats.components([0.5, 0.7], seeds)
@@ -224,6 +229,29 @@ def test_an_rl_run_is_read_only_once_finished(tmp_path):
     assert read_run(run).outcomes["l0"] == {"l0-0": 1.0}
 
 
+def test_a_method_named_twice_is_refused(tmp_path, capsys):
+    """Two `--runs` of one name would silently keep only the second."""
+    from agentrl.rollout.records import write_trajectories
+    from agentrl.rollout.types import Trajectory
+
+    for name in ("x", "y"):
+        folder = tmp_path / name / "seed0" / "eval" / "step_000001"
+        folder.mkdir(parents=True)
+        write_trajectories(folder / "trajectories_l0.jsonl", [Trajectory("l0-0", 0, "t", [], success=True)])
+        (folder / "results.json").write_text(json.dumps({"l0": {"success": 1.0}}))
+        (tmp_path / name / "seed0" / "config.yaml").write_text("seed: 0\nrl: {steps: 1}\n")
+    assert main(["compare", "--runs", f"a={tmp_path / 'x'}", "--runs", f"a={tmp_path / 'y'}",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "named twice" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_only_the_splits_every_run_has_are_compared():
+    both = {"l0": {"t0": 1.0}, "l1": {"t0": 0.0}}
+    summary = summarize({"a": [Run(Path("a0"), 0, both), Run(Path("a1"), 1, {"l0": {"t0": 0.0}})],
+                         "b": [Run(Path("b0"), 0, both), Run(Path("b1"), 1, both)]})
+    assert summary["splits"] == ["l0"] and "l1" not in summary["pairs"]["a - b"]
+
+
 def test_two_runs_of_one_seed_are_refused(tmp_path):
     """Two runs of one method at the same seed would each be paired with the other method's run of
     that seed, counting it twice: the report refuses them, naming both."""
@@ -356,6 +384,11 @@ def test_a_pipeline_folder_is_read_by_phase(tmp_path):
         write_trajectories(folder / "trajectories_l0.jsonl",
                            [Trajectory(f"l0-{i}", 0, "t", [], success=i < wins) for i in range(4)])
         (folder / "results.json").write_text(json.dumps({"l0": {"success": wins / 4}}))
+    earlier = run / "rl" / "eval" / "step_000002"  # an evaluation along the way: not the result
+    earlier.mkdir()
+    write_trajectories(earlier / "trajectories_l0.jsonl", [Trajectory(f"l0-{i}", 0, "t", [], success=True)
+                                                            for i in range(4)])
+    (earlier / "results.json").write_text(json.dumps({"l0": {"success": 1.0}}))
     (run / "eval" / "rl").mkdir()
     (run / "eval" / "rl" / "results.json").write_text("{}")  # the pipeline's mark of a finished RL phase
     (run / "phases.json").write_text("{}")

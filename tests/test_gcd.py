@@ -171,6 +171,13 @@ def test_correction_summarises_the_newest_critiques(tiny_model_dir, tmp_path):
     [asked] = sampler.asked
     assert "- action 3: reason 3" in asked and "- action 4: reason 4" in asked
     assert not any(f"action {i}" in asked for i in range(3))
+    # every = 2: summarised at steps 1 + k * 2 after the first (3, 5), the hint kept in between.
+    log = tmp_path / "every2.jsonl"
+    correction = PromptCorrection(CorrectionConfig(every=2, critiques=2, max_new_tokens=4), source, sampler,
+                                  tokenizer, None, log)
+    for step in range(1, 7):
+        correction.refresh(step)
+    assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [3, 5]
 
 
 @pytest.fixture(scope="module")
@@ -350,6 +357,23 @@ def test_an_always_good_judge_scores_half_on_balanced_pairs(optimist_dir):
     assert loss.critiques == []
     evaluated = loss.evaluate([traj(["start", "A", "B", "A", "C"], success=True)], seed=0)
     assert evaluated == {"judge_accuracy": 0.5, "verdict_parse_rate": 1.0, "judge_pairs": 2}
+    # Evaluation is greedy whatever the training judgments' temperature: at 50 they would be noise.
+    hot = GCDLoss(config.model_copy(update={"sampling": config.sampling.model_copy(update={"temperature": 50.0})}),
+                  HFSampler(model, tokenizer), tokenizer, seed=0)
+    assert hot.evaluate([traj(["start", "A", "B", "A", "C"], success=True)], seed=0) == evaluated
+
+
+def test_each_step_judges_its_own_draw_of_pairs(tiny_model_dir):
+    """With more labelled steps than pairs_per_step, the pairs judged are drawn afresh every step
+    (seeded by the step), not the same few every step."""
+    from agentrl.gcd.loss import select_pairs
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    judge = GCDLoss(GCDAuxConfig(pairs_per_step=2), HFSampler(load_model(tiny_model_dir), tokenizer), tokenizer, seed=0)
+    episodes = [traj([f"s{k}", f"A{k}", f"B{k}", f"A{k}", f"C{k}"], success=True) for k in range(6)]
+    drawn = [tuple(x.step.prompt for x in select_pairs(judge, episodes, step)[0]) for step in range(1, 5)]
+    assert all(len(d) == 2 for d in drawn) and len(set(drawn)) > 1
+    assert drawn == [tuple(x.step.prompt for x in select_pairs(judge, episodes, step)[0]) for step in range(1, 5)]
 
 
 def test_labels_per_source_on_a_hand_built_trajectory(judge_server):

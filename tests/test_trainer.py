@@ -802,6 +802,8 @@ def test_sampler_actor_gap_is_measured_and_old_logprobs_and_tis_follow_the_choic
 
     honest, off = first_step()
     assert honest["rollout/logprob_diff_max"] < 1e-4 and honest["rollout/kl_sampler_actor"] < 1e-6
+    two_epochs, _ = first_step(epochs=2)  # measured before the first optimiser step only, not after it
+    assert two_epochs["rollout/logprob_diff_max"] < 1e-4 and two_epochs["actor/grad_norm"] > 1e-3
     assert off["rollout/logprob_diff_mean"] == pytest.approx(0.5, abs=1e-4)
     assert off["rollout/kl_sampler_actor"] == pytest.approx(math.exp(-0.5) - 1 + 0.5, abs=1e-4)
     assert off["actor/kl_old"] == pytest.approx(0.5, abs=1e-3)  # the PPO ratio sees the gap
