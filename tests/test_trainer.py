@@ -776,6 +776,45 @@ class OverconfidentSampler:
         self.sampler.sleep()
 
 
+@leaves_like_a_launched_rank
+def two_rank_gap(rank, world, port, model_dir, out_dir):
+    """rl.old_logprobs: actor on 2 ranks whose samplers differ: rank 1's overstates its tokens by
+    0.5 nats, rank 0's is honest."""
+    import os
+
+    import torch.distributed as dist
+    import twostep
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        config = twostep.config(out_dir, 2, temperature=0.8, old_logprobs="actor", actor={"backend": "fsdp2"})
+        trainer = RLTrainer(config, model_dir, Path(out_dir) / f"rank{rank}")
+        trainer.sampler = OverconfidentSampler(trainer.sampler, 0.5 * rank)
+        trajectories = trainer.rollout(1)
+        tokens = sum(len(s.response_ids) for t in trajectories for s in t.steps)
+        metrics = trainer.learn(trajectories, 1)
+        (Path(out_dir) / f"gap{rank}.json").write_text(json.dumps({"tokens": tokens, **metrics}))
+        trainer.close()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_gap_of_actor_old_logprobs_is_every_ranks(choice_model_dir, tmp_path):
+    """With the actor's old log-probs the gap is taken over every rank's sampled tokens: each rank
+    reports the token-weighted mean of both ranks' gaps and the largest of either."""
+    import torch.multiprocessing as mp
+    from test_distributed import free_port
+
+    mp.spawn(two_rank_gap, args=(2, free_port(), str(choice_model_dir), str(tmp_path)), nprocs=2)
+    ranks = [json.loads((tmp_path / f"gap{r}.json").read_text()) for r in (0, 1)]
+    expected = 0.5 * ranks[1]["tokens"] / (ranks[0]["tokens"] + ranks[1]["tokens"])
+    for metrics in ranks:
+        assert metrics["rollout/logprob_diff_mean"] == pytest.approx(expected, abs=1e-4)
+        assert metrics["rollout/logprob_diff_max"] == pytest.approx(0.5, abs=1e-4)
+
+
 def test_the_sampler_actor_gap_is_measured_before_the_weights_move(choice_model_dir, tmp_path):
     """With 4 mini-batches the weights move within the step: the gap, measured in the first
     optimiser step's forward passes (no pass of its own), stays at float noise, while the later
