@@ -1,3 +1,4 @@
+import contextlib
 import json
 import math
 import random
@@ -351,17 +352,27 @@ def largest_change(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> fl
     return max((a[n] - b[n]).abs().max().item() for n in a)
 
 
-@leaves_like_a_launched_rank
-def two_rank_learn(rank, world, port, model_dir, out_dir):
+@contextlib.contextmanager
+def gloo_rank(rank, world, port):
+    """This process as `rank` of a gloo group of `world` on 127.0.0.1:`port`, as a launcher sets it up."""
     import os
 
     import torch.distributed as dist
-    import twostep
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@leaves_like_a_launched_rank
+def two_rank_learn(rank, world, port, model_dir, out_dir):
+    import twostep
+
+    with gloo_rank(rank, world, port):
         config = twostep.config(out_dir, **AGGREGATION_RL, actor={"backend": "fsdp2"})
         trainer = RLTrainer(config, model_dir, Path(out_dir) / f"rank{rank}")
         trajectories = trainer.rollout(1)
@@ -373,8 +384,6 @@ def two_rank_learn(rank, world, port, model_dir, out_dir):
             save_file({k: v.contiguous() for k, v in state.items()}, f"{out_dir}/weights.safetensors")
             (Path(out_dir) / "metrics.json").write_text(json.dumps(metrics))
         trainer.close()
-    finally:
-        dist.destroy_process_group()
 
 
 # Adam's first step is lr x sign(g): float noise in a tiny gradient element can flip it, so lr is
@@ -780,15 +789,9 @@ class OverconfidentSampler:
 def two_rank_gap(rank, world, port, model_dir, out_dir):
     """rl.old_logprobs: actor on 2 ranks whose samplers differ: rank 1's overstates its tokens by
     0.5 nats, rank 0's is honest."""
-    import os
-
-    import torch.distributed as dist
     import twostep
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
+    with gloo_rank(rank, world, port):
         config = twostep.config(out_dir, 2, temperature=0.8, old_logprobs="actor", actor={"backend": "fsdp2"})
         trainer = RLTrainer(config, model_dir, Path(out_dir) / f"rank{rank}")
         trainer.sampler = OverconfidentSampler(trainer.sampler, 0.5 * rank)
@@ -797,8 +800,6 @@ def two_rank_gap(rank, world, port, model_dir, out_dir):
         metrics = trainer.learn(trajectories, 1)
         (Path(out_dir) / f"gap{rank}.json").write_text(json.dumps({"tokens": tokens, **metrics}))
         trainer.close()
-    finally:
-        dist.destroy_process_group()
 
 
 def test_the_gap_of_actor_old_logprobs_is_every_ranks(choice_model_dir, tmp_path):
