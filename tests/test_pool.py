@@ -188,3 +188,19 @@ def test_a_dead_worker_aborts_every_message_it_still_owed():
         assert answers[0] is None and answers[2] is None and answers[1] is not None
         assert len(pool.faults) == 1 and "worker 0 exited during a step" in pool.faults[0]
         assert all(pool.reset({0: "train-0", 2: "train-2"}).values())  # the replacement serves new episodes
+
+
+def test_workers_that_crash_after_answering_are_replaced_every_time():
+    """Only a worker that dies before its first answer, START_FAILURES times in a row, stops the run
+    (a script without the main guard); one that served and then crashed is replaced each time."""
+    from agentrl.envs.pool import START_FAILURES
+
+    with EnvPool(HouseholdEnvConfig(), EnvPoolConfig(workers=1)) as pool:
+        for crash in range(START_FAILURES + 1):
+            assert pool.reset({0: "train-0"})[0] is not None  # this incarnation answered
+            victim = pool.transport.procs[0]
+            victim.kill()
+            victim.join()
+            assert pool.step({0: "look"})[0] is None  # its episode aborted, the worker replaced
+        assert len(pool.faults) == START_FAILURES + 1
+        assert "before their first answer" not in pool.fault_summary()
