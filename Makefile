@@ -11,7 +11,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-cpu-gagpo45 alfworld-cpu-filter alfworld-seeds alfworld-smollm2 scienceworld-cpu scienceworld-cpu-lr1e3 scienceworld-cpu-gigpo scienceworld-cpu-gagpo45 scienceworld-cpu-balanced scienceworld-cpu-balanced32 scienceworld-cpu-gigpo-balanced scienceworld-cpu-alltypes scienceworld-cpu-gigpo-alltypes FORCE testbed testbed-gcd testbed-overlap testbed-history test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd overlap-seeds mutants clean \
+.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-cpu-gagpo45 alfworld-cpu-filter alfworld-seeds scienceworld-seeds alfworld-smollm2 scienceworld-cpu scienceworld-cpu-lr1e3 scienceworld-cpu-gigpo scienceworld-cpu-gagpo45 scienceworld-cpu-balanced scienceworld-cpu-balanced32 scienceworld-cpu-gigpo-balanced scienceworld-cpu-alltypes scienceworld-cpu-gigpo-alltypes FORCE testbed testbed-gcd testbed-overlap testbed-history test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd overlap-seeds mutants clean \
 	pipeline sft rl eval plan
 
 help:  ## this list
@@ -176,6 +176,13 @@ alfworld-seeds: $(STAMP)  ## the 5-seed GRPO / GiGPO / GAGPO / SFT comparison, p
 		--runs grpo=$(SEEDS_DIR)/grpo@rl --runs sft=$(SEEDS_DIR)/grpo@sft --out runs/alfworld-seeds
 	cp runs/alfworld-seeds/summary.md $(SEEDS_DIR)/summary.md
 	cp runs/alfworld-seeds/summary.json $(SEEDS_DIR)/summary.json
+
+SW_SEEDS_DIR := benchmarks/results/scienceworld-seeds
+scienceworld-seeds: $(STAMP)  ## the 12-seed replication: RL on all task types / GRPO / SFT on the score, paired, from the runs kept in benchmarks/results/scienceworld-seeds
+	$(VENV)/bin/agentrl compare --metric score --runs alltypes=$(SW_SEEDS_DIR)/alltypes@rl \
+		--runs grpo=$(SW_SEEDS_DIR)/grpo@rl --runs sft=$(SW_SEEDS_DIR)/grpo@sft --out runs/scienceworld-seeds
+	cp runs/scienceworld-seeds/summary.md $(SW_SEEDS_DIR)/summary.md
+	cp runs/scienceworld-seeds/summary.json $(SW_SEEDS_DIR)/summary.json
 
 scienceworld-cpu-lr1e3: $(STAMP)  ## GRPO at 5x the learning rate on real ScienceWorld from seed SEED's SFT, vs the recipe's RL
 	$(call from_cold_start,lr1e3,scienceworld)
