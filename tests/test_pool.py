@@ -196,7 +196,7 @@ def test_workers_that_crash_after_answering_are_replaced_every_time():
     from agentrl.envs.pool import START_FAILURES
 
     with EnvPool(HouseholdEnvConfig(), EnvPoolConfig(workers=1)) as pool:
-        for crash in range(START_FAILURES + 1):
+        for _ in range(START_FAILURES + 1):
             assert pool.reset({0: "train-0"})[0] is not None  # this incarnation answered
             victim = pool.transport.procs[0]
             victim.kill()
