@@ -741,6 +741,8 @@ MUTANTS = [
            "pairs = [(t, v) for t, v in pairs if t in kept]", "pairs = list(pairs)", ["test_scienceworld.py"]),
     Mutant("init: the tokenizer corpus file ignored (expert episodes played instead)", "src/agentrl/models.py",
            "for m in messages] if tiny.corpus", "for m in messages] if False", ["test_models.py"]),
+    Mutant("init: init.context_length ignored (the model always takes 4096 positions)", "src/agentrl/models.py",
+           "max_position_embeddings=tiny.context_length,", "max_position_embeddings=4096,", ["test_models.py"]),
     Mutant("data: expert data reused whatever the settings it was made with", "src/agentrl/pipeline.py",
            "if phases.reusable(name, settings, out.is_file()):", "if out.is_file():", ["test_cli.py"]),
     Mutant("data: the episode count not part of what decides reuse", "src/agentrl/pipeline.py",

@@ -45,3 +45,21 @@ def test_a_tokenizer_from_a_chat_dataset_plays_no_episode(tmp_path):
     tokenizer = load_tokenizer(out)
     assert len(tokenizer(" zorblat", add_special_tokens=False).input_ids) == 1
     assert len(tokenizer(" qwertyx", add_special_tokens=False).input_ids) > 1  # never seen
+
+
+def test_the_tiny_model_takes_the_context_length_asked_for(tmp_path):
+    """`init.context_length` is the saved model's `max_position_embeddings` (a full-history
+    episode is one sequence), 4096 when unset as before it existed."""
+    import json
+
+    from agentrl.config import PromptConfig, TinyModelConfig
+    from agentrl.models import init_tiny_model
+
+    line = {"messages": [{"role": "user", "content": "go to desk 1 " * 20},
+                         {"role": "assistant", "content": "<action>look</action>"}]}
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps(line) + "\n")
+    for asked, expected in [({"context_length": 8192}, 8192), ({}, 4096)]:
+        out = init_tiny_model(tmp_path / f"model{expected}", TinyModelConfig(layers=1, vocab_size=300, corpus=str(corpus),
+                                                                              **asked), None, PromptConfig())
+        assert json.loads((out / "config.json").read_text())["max_position_embeddings"] == expected

@@ -93,7 +93,7 @@ def init_tiny_model(out_dir: str | Path, tiny, env, prompt, seed: int = 0, worke
     config = Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=tiny.hidden_size, intermediate_size=tiny.intermediate_size,
         num_hidden_layers=tiny.layers, num_attention_heads=heads, num_key_value_heads=min(tiny.kv_heads, heads),
-        max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=10000.0,
+        max_position_embeddings=tiny.context_length, tie_word_embeddings=True, rope_theta=10000.0,
         bos_token_id=tokenizer.convert_tokens_to_ids("<|im_start|>"),
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
         pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),

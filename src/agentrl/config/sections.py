@@ -41,6 +41,10 @@ class TinyModelConfig(Section):
     """MLP width."""
     kv_heads: int = Field(1, ge=1)
     """Key/value heads (grouped-query attention; at most hidden_size / 64)."""
+    context_length: int = Field(4096, ge=64)
+    """Longest sequence the model takes (`max_position_embeddings`): with `prompt.full_history` an
+    episode is one sequence, and one that outgrows it ends there (a 30-step ALFWorld episode is
+    about 6k tokens in its own tokenizer)."""
     corpus_episodes: int = Field(300, ge=10)
     """Expert episodes whose prompts and responses train the tokenizer."""
     corpus: str | None = None
