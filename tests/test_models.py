@@ -63,3 +63,21 @@ def test_the_tiny_model_takes_the_context_length_asked_for(tmp_path):
         out = init_tiny_model(tmp_path / f"model{expected}", TinyModelConfig(layers=1, vocab_size=300, corpus=str(corpus),
                                                                               **asked), None, PromptConfig())
         assert json.loads((out / "config.json").read_text())["max_position_embeddings"] == expected
+
+
+def test_a_full_history_tokenizer_corpus_holds_every_turn_once():
+    """The tokenizer learns each step's own text: with `prompt.full_history` the later turns'
+    observations (not only the episode's first prompt, repeated), as the window's prompts do."""
+    from agentrl.config import PromptConfig
+    from agentrl.envs import make_env
+    from agentrl.envs.household.env import HouseholdEnvConfig
+    from agentrl.models import environment_corpus
+
+    env = make_env(HouseholdEnvConfig())
+    window = environment_corpus(env, PromptConfig(), 4, seed=0)
+    full = environment_corpus(env, PromptConfig(full_history=True), 4, seed=0)
+    assert len(full) == len(window)  # a prompt and a reply a step, the same expert moves
+    assert full[1::2] == window[1::2]
+    turns = [text for text in full[0::2] if text.startswith("Observation: ")]
+    assert len(turns) == len(full) // 2 - 4  # every step after each episode's first
+    assert len(set(full[0::2])) == len(full) // 2

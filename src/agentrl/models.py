@@ -61,8 +61,8 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> Qwen2Tokenizer:
 
 
 def environment_corpus(env, prompt, episodes: int, seed: int, workers: int = 0, env_config=None) -> list[str]:
-    """Prompts and expert responses of `episodes` expert episodes over every split (`workers`: see
-    `data.expert_episodes`)."""
+    """Each step's prompt (with `prompt.full_history`, its own user turn) and expert response, of
+    `episodes` expert episodes over every split (`workers`: see `data.expert_episodes`)."""
     from agentrl.data import expert_episodes
     from agentrl.envs.base import sample_tasks
     from agentrl.envs.household.world import SPLITS
@@ -75,7 +75,7 @@ def environment_corpus(env, prompt, episodes: int, seed: int, workers: int = 0, 
         for examples in expert_episodes(env, tasks, prompt, workers=workers, env_config=env_config):
             advance()
             for example in examples:
-                texts += [example["messages"][0]["content"], example["messages"][1]["content"]]
+                texts += [message["content"] for message in example["messages"][-2:]]
     return texts
 
 
