@@ -11,7 +11,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-cpu-gagpo45 alfworld-cpu-filter alfworld-seeds scienceworld-seeds alfworld-smollm2 scienceworld-cpu scienceworld-cpu-lr1e3 scienceworld-cpu-gigpo scienceworld-cpu-gagpo45 scienceworld-cpu-balanced scienceworld-cpu-balanced32 scienceworld-cpu-gigpo-balanced scienceworld-cpu-alltypes scienceworld-cpu-gigpo-alltypes FORCE testbed testbed-gcd testbed-overlap testbed-history test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd overlap-seeds mutants clean \
+.PHONY: help demo demo-seeds docs lock alfworld-cpu alfworld-cpu-gigpo alfworld-cpu-gagpo alfworld-cpu-gagpo45 alfworld-cpu-filter alfworld-cpu-full alfworld-seeds scienceworld-seeds alfworld-smollm2 scienceworld-cpu scienceworld-cpu-lr1e3 scienceworld-cpu-gigpo scienceworld-cpu-gagpo45 scienceworld-cpu-balanced scienceworld-cpu-balanced32 scienceworld-cpu-gigpo-balanced scienceworld-cpu-alltypes scienceworld-cpu-gigpo-alltypes FORCE testbed testbed-gcd testbed-overlap testbed-history test test-slow test-vllm vllm-env bench-sampler compare-estimators compare-gcd overlap-seeds mutants clean \
 	pipeline sft rl eval plan
 
 help:  ## this list
@@ -176,6 +176,22 @@ alfworld-seeds: $(STAMP)  ## the 5-seed GRPO / GiGPO / GAGPO / SFT comparison, p
 		--runs grpo=$(SEEDS_DIR)/grpo@rl --runs sft=$(SEEDS_DIR)/grpo@sft --out runs/alfworld-seeds
 	cp runs/alfworld-seeds/summary.md $(SEEDS_DIR)/summary.md
 	cp runs/alfworld-seeds/summary.json $(SEEDS_DIR)/summary.json
+
+# Memory on real ALFWorld (issue 40): the recipe with full history (the episode one growing chat,
+# token in, token out; the notebook in its first turn only), with its own expert data and, per seed,
+# its own init (8,192 positions: a 30-step episode is about 6k tokens) and cold start; then full
+# history against the recipe's own runs of the same seeds (benchmarks/results/alfworld-seeds/grpo:
+# the notebook, no window), paired by seed.
+FULL_HISTORY_SET := --set prompt.full_history=true --set init.context_length=8192 --set sft.pack_prefixes=true
+runs/alfworld-cpu-full/expert.jsonl: FORCE | $(STAMP)
+	$(VENV)/bin/agentrl data recipes/alfworld-cpu.yaml --out $@ --episodes $(EXPERT_EPISODES_alfworld) $(FULL_HISTORY_SET)
+
+alfworld-cpu-full: runs/alfworld-cpu-full/expert.jsonl  ## one seed (SEED=k) of the ALFWorld pipeline with full history, then full history vs the recipe over the seeds run
+	$(VENV)/bin/agentrl run recipes/alfworld-cpu.yaml --set seed=$(SEED) --set run_dir=runs/alfworld-cpu-full/seed$(SEED) \
+		--set model.path=runs/alfworld-cpu-full/seed$(SEED)/model-init --set sft.data=runs/alfworld-cpu-full/expert.jsonl \
+		$(FULL_HISTORY_SET) $(OVERRIDES)
+	$(VENV)/bin/agentrl compare --runs full=runs/alfworld-cpu-full@rl --runs notebook=$(SEEDS_DIR)/grpo@rl \
+		--runs full-sft=runs/alfworld-cpu-full@sft --runs notebook-sft=$(SEEDS_DIR)/grpo@sft --out runs/alfworld-cpu-full/compare
 
 SW_SEEDS_DIR := benchmarks/results/scienceworld-seeds
 scienceworld-seeds: $(STAMP)  ## the 12-seed replication: RL on all task types / GRPO / SFT on the score, paired, from the runs kept in benchmarks/results/scienceworld-seeds
