@@ -179,10 +179,11 @@ alfworld-seeds: $(STAMP)  ## the 5-seed GRPO / GiGPO / GAGPO / SFT comparison, p
 
 # Memory on real ALFWorld (issue 40): the recipe with full history (the episode one growing chat,
 # token in, token out; the notebook in its first turn only), with its own expert data and, per seed,
-# its own init (8,192 positions: a 30-step episode is about 6k tokens) and cold start; then full
+# its own init (16,384 positions: a 30-step episode is about 6k tokens, the longest
+# rebuilt from seed 0's RL rollouts 11.4k) and cold start; then full
 # history against the recipe's own runs of the same seeds (benchmarks/results/alfworld-seeds/grpo:
 # the notebook, no window), paired by seed.
-FULL_HISTORY_SET := --set prompt.full_history=true --set init.context_length=8192 --set sft.pack_prefixes=true
+FULL_HISTORY_SET := --set prompt.full_history=true --set init.context_length=16384 --set sft.pack_prefixes=true
 runs/alfworld-cpu-full/expert.jsonl: FORCE | $(STAMP)
 	$(VENV)/bin/agentrl data recipes/alfworld-cpu.yaml --out $@ --episodes $(EXPERT_EPISODES_alfworld) $(FULL_HISTORY_SET)
 
