@@ -338,6 +338,8 @@ def test_two_methods_two_seeds_end_to_end(good_model_dir, tmp_path, capsys):
     assert capsys.readouterr().out.count("run: done earlier with the same settings, reused") == 2
     assert eval_stamps("good") == stamps["good"]
     assert min(eval_stamps("mute")) > max(stamps["mute"])
+    record = json.loads((out / "mute" / "seed1" / "phases.json").read_text())
+    assert record["started"] == record["run"]  # started afresh with the new settings, not continued
     assert main(command) == 0  # back to the first settings: redone again, not the changed runs reused
 
     # Reading the same folders gives the same statistics, laid out or named.
