@@ -179,7 +179,7 @@ def test_an_auxiliary_loss_is_its_weight_times_its_mean_nll_and_draws_anew_each_
     with torch.no_grad():
         nll = -actor.token_logprobs(batch)[0].sum() / (3.0 * batch.n_tokens)
     assert float(nll) > 0
-    assert float(out.loss) == pytest.approx(0.25 * float(nll), rel=1e-5)
+    assert float(out.loss.detach()) == pytest.approx(0.25 * float(nll), rel=1e-5)
     assert float(out.per_update["aux/judge/loss"]) == pytest.approx(float(nll), rel=1e-5)
 
 
