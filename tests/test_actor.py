@@ -250,3 +250,30 @@ def test_shared_decoding_matches_generate_on_smollm2(smollm2_dir):
         for plain, shared in zip(out[False], out[True]):
             assert shared.token_ids == plain.token_ids
             torch.testing.assert_close(torch.tensor(shared.logprobs), torch.tensor(plain.logprobs), atol=5e-5, rtol=0)
+
+
+def test_every_backends_optimiser_is_adamw_with_the_recipes_settings_by_hand():
+    """`make_optimizer` (every backend's): the learning rate ramps linearly over warmup_steps from
+    lr / warmup at the first step, and each step is AdamW's with the recipe's betas and decoupled
+    weight decay, computed here by hand."""
+    from agentrl.actor.base import make_optimizer
+
+    optim = OptimConfig(lr=0.1, betas=(0.5, 0.8), weight_decay=0.3, warmup_steps=4)
+    param = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    optimizer, scheduler = make_optimizer([param], optim)
+    grads = [torch.tensor([0.5, 1.0]), torch.tensor([-1.0, 2.0]), torch.tensor([0.25, -0.5]),
+             torch.tensor([1.0, 1.0]), torch.tensor([-2.0, 0.5]), torch.tensor([0.5, 0.5])]
+    expected, m, v, eps = param.detach().clone().double(), 0.0, 0.0, 1e-8
+    lrs = []
+    for t, grad in enumerate(grads, start=1):
+        lr = 0.1 * min(1.0, t / 4)
+        lrs.append(scheduler.get_last_lr()[0])
+        param.grad = grad.clone()
+        optimizer.step()
+        scheduler.step()
+        g = grad.double()
+        expected = expected * (1 - lr * 0.3)
+        m, v = 0.5 * m + 0.5 * g, 0.8 * v + 0.2 * g * g
+        expected = expected - lr * (m / (1 - 0.5 ** t)) / ((v / (1 - 0.8 ** t)).sqrt() + eps)
+        torch.testing.assert_close(param.detach().double(), expected, atol=1e-6, rtol=0)
+    assert lrs == pytest.approx([0.025, 0.05, 0.075, 0.1, 0.1, 0.1])

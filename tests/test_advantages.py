@@ -112,6 +112,12 @@ def test_rlvmr_by_hand():
     assert out.values[0] == pytest.approx([1.80256, 1.80256], abs=1e-5)
     assert out.values[1] == pytest.approx([-1.43741, -1.43741, -0.73030], abs=1e-5)
     assert out.metrics["meta_share_reflection"] == pytest.approx(1 / 5)
+    # meta_weight scales the meta part only
+    half = compute_advantages([a, b], RLVMRConfig(eps=0.0, meta_weight=0.5))
+    assert half.values[0] == pytest.approx([1.09545 + 0.5 * 0.70711] * 2, abs=1e-5)
+    # an explore step that ends a failed episode found nothing new to end in
+    from agentrl.advantages.rlvmr import meta_rewards
+    assert meta_rewards(tagged(0, [("s0", "explore", "go to x", 0)], success=False), RLVMRConfig()) == [("explore", 0.0)]
     # No meta tags (plain <think>): exactly GRPO.
     plain = tagged(0, [("s0", "think", "go to x", 10)], True), tagged(0, [("s0", "think", "look", 0)], False)
     assert compute_advantages(list(plain), RLVMRConfig()).values == compute_advantages(list(plain), GRPOConfig()).values

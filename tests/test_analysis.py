@@ -55,9 +55,11 @@ def test_gap_and_separation_by_hand():
 
 def test_repetition_stats_by_hand():
     steps = [StepSample([], [], [], response="", action=a, observation=o, anchor=o)
-             for a, o in [("go to a", "start"), ("go to a", "at a"), ("look", "at a"), (None, "start")]]
+             for a, o in [("go to a", "start"), ("go to a", "at a"), ("look", "at a"), (None, "start"), (None, "start")]]
     stats = repetition_stats([Trajectory("t", 0, "x", steps)])
-    assert stats == {"steps": 4, "repeat_rate": 0.25, "loop_rate": 0.5}
+    # repeats: the second "go to a" (two unparsed replies in a row repeat no action); loops: the
+    # steps at an observation seen earlier ("at a" once, "start" twice)
+    assert stats == {"steps": 5, "repeat_rate": 0.2, "loop_rate": 0.6}
 
 
 def test_analyze_cli_on_recorded_trajectories(tiny_model_dir, tmp_path):

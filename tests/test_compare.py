@@ -338,6 +338,8 @@ def test_two_methods_two_seeds_end_to_end(good_model_dir, tmp_path, capsys):
     assert capsys.readouterr().out.count("run: done earlier with the same settings, reused") == 2
     assert eval_stamps("good") == stamps["good"]
     assert min(eval_stamps("mute")) > max(stamps["mute"])
+    record = json.loads((out / "mute" / "seed1" / "phases.json").read_text())
+    assert record["started"] == record["run"]  # started afresh with the new settings, not continued
     assert main(command) == 0  # back to the first settings: redone again, not the changed runs reused
 
     # Reading the same folders gives the same statistics, laid out or named.
@@ -424,6 +426,19 @@ def test_an_aborted_evaluation_episode_is_neither_a_failure_nor_paired(tmp_path)
     summary = summarize({"a": [a], "b": [b]})
     assert summary["methods"]["a"]["l0"]["mean"] == pytest.approx(2 / 3)
     assert summary["pairs"]["a - b"]["l0"]["difference"] == pytest.approx(2 / 3)  # tasks 0, 2, 3
+
+
+def test_seeds_to_detect_five_points_count_in_the_metrics_own_units():
+    """The report's "seeds to detect 5 pts": 5 percentage points of success, 5 units of a return."""
+    def runs(values):
+        return [Run(Path(f"r{s}"), s, {"l0": {"t0": v[0], "t1": v[1]}}) for s, v in enumerate(values)]
+
+    a, b = runs([(30.0, 10.0), (20.0, 14.0), (25.0, 5.0)]), runs([(10.0, 10.0)] * 3)
+    pair = summarize({"a": a, "b": b}, metric="return")["pairs"]["a - b"]["l0"]
+    diffs = [[20.0, 0.0], [10.0, 4.0], [15.0, -5.0]]
+    parts = stats.components([float(np.mean(d)) for d in diffs], diffs)
+    assert pair["seeds_to_detect"]["5 points"] == stats.seeds_needed(parts, 5.0) is not None
+    assert stats.seeds_needed(parts, 0.05) != stats.seeds_needed(parts, 5.0)
 
 
 def test_runs_compared_on_the_episode_return_and_score(tmp_path, capsys):

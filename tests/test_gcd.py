@@ -11,7 +11,7 @@ from agentrl.data import read_chat_dataset
 from agentrl.envs import make_env
 from agentrl.envs.household.env import HouseholdEnvConfig
 from agentrl.gcd.data import collect_judgment_data
-from agentrl.gcd.judge import ChatEndpoint, ExternalJudge, judge_messages, judge_prompt, parse_verdict, vote
+from agentrl.gcd.judge import ChatEndpoint, ExternalJudge, critique, judge_messages, judge_prompt, parse_verdict, vote
 from agentrl.gcd.labels import balanced_selection, label_steps, rule_labels
 from agentrl.gcd.loss import GCDAuxConfig, GCDLoss, JudgeEndpointConfig
 from agentrl.metrics import LossOutputs
@@ -82,8 +82,14 @@ def test_judgment_data_is_balanced_and_parseable(tmp_path):
     path = tmp_path / "j.jsonl"
     stats = collect_judgment_data(make_env(HouseholdEnvConfig()), PromptConfig(), 12, path, seed=0)
     assert stats == {"judgments": 12, "good": 6, "bad": 6}
-    verdicts = [parse_verdict(c[1]["content"]) for c in read_chat_dataset(path)]
+    answers = [c[1]["content"] for c in read_chat_dataset(path)]
+    verdicts = [parse_verdict(a) for a in answers]
     assert sorted(verdicts) == [False] * 6 + [True] * 6
+    # each verdict with the reason of the label it came from: good ones are the expert's moves,
+    # bad ones steps the rules or the environment call bad
+    reasons = {critique(a) for a, v in zip(answers, verdicts) if not v}
+    assert {critique(a) for a, v in zip(answers, verdicts) if v} == {"It makes progress."}
+    assert reasons and reasons <= {"It leads to a state seen again later.", "It cannot help."}
 
 
 def gcd_config(**kw):

@@ -4,7 +4,7 @@ import pytest
 
 from agentrl.envs.base import sample_tasks
 from agentrl.envs.household import HouseholdEnv
-from agentrl.envs.household.world import HELD_OUT_TYPES, IN_DOMAIN_TYPES, make_task
+from agentrl.envs.household.world import DESK, HELD_OUT_TYPES, IN_DOMAIN_TYPES, make_task, receptacle_kind
 
 
 @pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
@@ -104,3 +104,64 @@ def test_random_play_never_breaks_the_progress_labels():
             if result.done:
                 break
     assert labels == {True, False, None}
+
+
+def first_task_of_each_type(env):
+    found = {}
+    for task_id in [*env.split_tasks("train")[:300], *env.split_tasks("l2")[:100]]:
+        found.setdefault(env.task_type(task_id), task_id)
+    return found
+
+
+def expert_until(env, stop):
+    """The expert's moves until `stop()`; none of them may end the episode."""
+    while not stop():
+        assert not env.step(env.expert_action()[1]).done
+
+
+def test_a_task_is_won_only_when_its_whole_goal_holds():
+    env = HouseholdEnv()
+    tasks = first_task_of_each_type(env)
+    for task_type in ("pick_clean_then_place_in_recep", "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep"):
+        env.reset(tasks[task_type])  # the object delivered untreated
+        expert_until(env, lambda: env.holding is not None)
+        target = next(r for r in env.task.layout.receptacles if receptacle_kind(r) == env.task.target_kind)
+        for action in [f"go to {target}", *([f"open {target}"] if target in env.is_open else []),
+                       f"move {env.holding} to {target}"]:
+            result = env.step(action)
+            assert result.info["admissible"] and not result.done, (task_type, action)
+    env.reset(tasks["pick_two_obj_and_place"])  # one of two delivered
+    expert_until(env, lambda: env._placed() == 1)
+    for task_id in env.split_tasks("train")[:300]:  # the object held in the lamp's light, away from the desk
+        if env.task_type(task_id) == "look_at_obj_in_light" and DESK not in dict(make_task("easy", 40, 20, task_id).placement).values():
+            env.reset(task_id)
+            assert not env.step(f"go to {DESK}").done and not env.step("use desklamp 1").done
+            expert_until(env, lambda: env.holding is not None)
+            assert env.location != DESK and env.lamp_on
+            assert env.step(f"go to {DESK}").success
+            break
+    else:
+        pytest.fail("no look-at task with its object away from the desk")
+
+
+def test_no_task_starts_with_its_object_in_place():
+    env = HouseholdEnv("medium")
+    for task_id in [*env.split_tasks("train")[:300], *env.split_tasks("l2")[:100]]:
+        task = make_task("medium", 40, 20, task_id)
+        if task.target_kind is not None:
+            assert all(receptacle_kind(r) != task.target_kind for o, r in task.placement
+                       if receptacle_kind(o) == task.object_kind), task_id
+
+
+def test_looking_examining_and_closing_are_labelled_as_no_help():
+    env = HouseholdEnv("hard")
+    for i in range(50):
+        env.reset(f"train-{i}")
+        closed = [r for r in env.task.layout.openable if receptacle_kind(r) in ("cabinet", "drawer", "safe", "box")]
+        if closed:
+            r = closed[0]
+            env.step(f"go to {r}")
+            env.step(f"open {r}")
+            assert [env.step(a).progress for a in (f"examine {r}", "look", "inventory", f"close {r}")] == [False] * 4
+            return
+    pytest.fail("no closed container found")

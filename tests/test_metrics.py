@@ -74,3 +74,32 @@ def test_ranks_sum_their_sums_and_take_the_largest_maximum(tmp_path):
         total = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert total == {"per_token": {"pg": 7.0}, "per_update": {"aux": 0.75}, "counts": {"tokens": 5.0},
                          "largest": {"gap": pytest.approx(0.7)}}
+
+
+@leaves_like_a_launched_rank
+def ranks_helpers(rank, world, port, out_dir):
+    from agentrl import distributed
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        logged = {"a": 1.0, "b": 2.0} if rank == 0 else {"a": 3.0, "c": 5.0}  # each rank lacks one key
+        found = {"mean": distributed.mean_metrics(logged), "gather": distributed.gather([f"r{rank}a", f"r{rank}b"]),
+                 "union": distributed.union(list(logged)), "max": distributed.all_max(-rank * 2.0 + 1.0),
+                 "sum": distributed.all_sum([rank + 1.0, 10.0]), "main": distributed.on_main(lambda: rank + 7)}
+        (out_dir / f"rank{rank}.json").write_text(json.dumps(found))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_rank_helpers_average_each_key_over_the_ranks_that_logged_it_and_gather_in_rank_order(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(ranks_helpers, args=(2, port, tmp_path), nprocs=2)
+    for rank in (0, 1):
+        found = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert found["mean"] == {"a": 2.0, "b": 2.0, "c": 5.0}  # b and c: the one rank that logged them
+        assert found["gather"] == (["r0a", "r0b", "r1a", "r1b"] if rank == 0 else [])
+        assert found["union"] == ["a", "b", "c"]
+        assert found["max"] == 1.0 and found["sum"] == [3.0, 20.0] and found["main"] == 7

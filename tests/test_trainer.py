@@ -157,6 +157,32 @@ def test_aux_loss_joins_the_update(tiny_model_dir, tmp_path):
     assert len(trained) > 2 and sum(trained) == 2 * sum(s.n_targets for s in prepared[0].samples)
 
 
+def test_an_auxiliary_loss_is_its_weight_times_its_mean_nll_and_draws_anew_each_step(tiny_model_dir):
+    """`aux_part` on a chat_sft share: weight x the summed NLL of the share's tokens over every
+    rank's aux tokens of the optimiser step; the examples a step trains are drawn afresh each step,
+    the same for the same step."""
+    from agentrl.actor.single import SingleActor
+    from agentrl.config import OptimConfig
+    from agentrl.losses.aux import ChatSFTLoss, aux_part
+    from agentrl.models import load_model, load_tokenizer
+    from agentrl.packing import collate
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    chats = [[{"role": "user", "content": f"put the mug {i} away"}, {"role": "assistant", "content": f"go to shelf {i}"}]
+             for i in range(12)]
+    aux = ChatSFTLoss("judge", chats, tokenizer, batch_size=3, weight=0.25, seed=0)
+    first, second = aux.prepare([], 1).samples, aux.prepare([], 2).samples
+    assert first == aux.prepare([], 1).samples and first != second
+    actor = SingleActor(load_model(tiny_model_dir), OptimConfig())
+    batch = collate(first, tokenizer.pad_token_id)
+    out = aux_part(aux, actor, n_tokens=3.0 * batch.n_tokens)(batch)  # a third of the step's aux tokens
+    with torch.no_grad():
+        nll = -actor.token_logprobs(batch)[0].sum() / (3.0 * batch.n_tokens)
+    assert float(nll) > 0
+    assert float(out.loss.detach()) == pytest.approx(0.25 * float(nll), rel=1e-5)
+    assert float(out.per_update["aux/judge/loss"]) == pytest.approx(float(nll), rel=1e-5)
+
+
 def test_kl_as_reward_penalty(tiny_model_dir, tmp_path):
     config = small_config(tmp_path / "run", 2, kl_in_reward=True, kl_coef=0.5, kl_estimator="k1")
     run(config, tiny_model_dir)
