@@ -1178,6 +1178,11 @@ MUTANTS = [
     Mutant('compare: a stopped run continued with other settings', 'src/agentrl/compare.py',
            'if not phases.same("started", settings):',
            'if False:', COMPARE),
+    Mutant("linear log-prob (torch): the weight gradient of the last row chunk only", "src/agentrl/kernels/linear_logprob.py",
+           "grad_weight += ds.T @ h.float()", "grad_weight = ds.T @ h.float()", ["test_kernels.py"]),
+    Mutant("linear log-prob (triton): the target's logit from the first vocabulary split only",
+           "src/agentrl/kernels/linear_logprob.py",
+           "logp, entropy = z_target.sum(0) - lse", "logp, entropy = z_target[0] - lse", ["test_kernels.py"]),
 ]
 
 
