@@ -48,6 +48,14 @@ def test_the_sampler_gap_by_hand():
     assert sampler_gap(Tally()) == {}  # a step without the check reports none
 
 
+def on_two_ranks(rank_fn, out_dir) -> None:
+    """`rank_fn(rank, world, port, out_dir)` on 2 spawned gloo ranks."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(rank_fn, args=(2, port, out_dir), nprocs=2)
+
+
 @leaves_like_a_launched_rank
 def ranks_tally(rank, world, port, out_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -66,10 +74,7 @@ def ranks_tally(rank, world, port, out_dir):
 
 
 def test_ranks_sum_their_sums_and_take_the_largest_maximum(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(ranks_tally, args=(2, port, tmp_path), nprocs=2)
+    on_two_ranks(ranks_tally, tmp_path)
     for rank in (0, 1):  # every rank holds the same totals; a metric rank 0 lacked counts as 0 there
         total = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert total == {"per_token": {"pg": 7.0}, "per_update": {"aux": 0.75}, "counts": {"tokens": 5.0},
@@ -93,10 +98,7 @@ def ranks_helpers(rank, world, port, out_dir):
 
 
 def test_rank_helpers_average_each_key_over_the_ranks_that_logged_it_and_gather_in_rank_order(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(ranks_helpers, args=(2, port, tmp_path), nprocs=2)
+    on_two_ranks(ranks_helpers, tmp_path)
     for rank in (0, 1):
         found = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert found["mean"] == {"a": 2.0, "b": 2.0, "c": 5.0}  # b and c: the one rank that logged them
