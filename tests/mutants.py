@@ -1183,6 +1183,17 @@ MUTANTS = [
     Mutant("linear log-prob (triton): the target's logit from the first vocabulary split only",
            "src/agentrl/kernels/linear_logprob.py",
            "logp, entropy = z_target.sum(0) - lse", "logp, entropy = z_target[0] - lse", ["test_kernels.py"]),
+    Mutant("behaviour: confidence read against another step's action", "src/agentrl/analysis/behaviour.py",
+           "== steps[i // resamples].action", "== steps[i % len(steps)].action", ["test_analysis.py"]),
+    Mutant("eval: the sampling stream not seeded", "src/agentrl/evaluate.py",
+           "            torch.manual_seed(seed)\n", "", EVAL),
+    Mutant("eval: evaluation draws from training's random stream", "src/agentrl/evaluate.py",
+           "with torch.random.fork_rng(devices=[]):", "with torch.random.fork_rng(devices=[], enabled=False):", EVAL),
+    Mutant("sft: prompt_loss_weight ignored", "src/agentrl/sft.py",
+           "encode_conversation(tokenizer, c, sft_cfg.prompt_loss_weight)", "encode_conversation(tokenizer, c)",
+           ["test_sft.py"]),
+    Mutant("sft: LoRA adapters initialised unseeded", "src/agentrl/sft.py",
+           "        torch.manual_seed(seed)  # the adapters' initialisation\n", "", ["test_sft.py"]),
 ]
 
 

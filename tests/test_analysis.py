@@ -5,7 +5,7 @@ import pytest
 import torch
 from conftest import COMPACT
 
-from agentrl.analysis.behaviour import repetition_stats
+from agentrl.analysis.behaviour import action_confidence, repetition_stats
 from agentrl.analysis.coupling import (
     Pair,
     gradient_similarity,
@@ -22,6 +22,7 @@ from agentrl.envs.household.env import HouseholdEnvConfig
 from agentrl.models import load_model, load_tokenizer
 from agentrl.rollout.records import read_trajectories
 from agentrl.rollout.types import StepSample, Trajectory
+from agentrl.sampler.base import Generation
 
 PAIRS = [Pair("Task: put a mug in desk.", "<action>go to desk 1</action>", True),
          Pair("Task: heat an egg.", "<action>go to microwave 1</action>", True),
@@ -60,6 +61,31 @@ def test_repetition_stats_by_hand():
     # repeats: the second "go to a" (two unparsed replies in a row repeat no action); loops: the
     # steps at an observation seen earlier ("at a" once, "start" twice)
     assert stats == {"steps": 5, "repeat_rate": 0.2, "loop_rate": 0.6}
+
+
+class NamedActionPolicy:
+    """A rule policy as the sampler: it replies with the action its prompt names after "Next:"."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def generate(self, prompts, sampling):
+        names = [self.tokenizer.decode(p).split("Next:")[-1].split("<")[0].strip() for p in prompts]
+        return [Generation(self.tokenizer(f"<action>{n}</action>").input_ids, []) for n in names]
+
+
+def test_action_confidence_by_hand(tiny_model_dir):
+    def step(action, named):
+        return StepSample([], [], [], response="", action=action, observation="", anchor="",
+                          prompt=f"Task: x. Next: {named}")
+    # two "other" steps the policy reproduces and one it does not; one repeat it reproduces
+    steps = [step("go to a", "go to a"), step("look", "look"), step("open b", "close b"), step("open b", "open b")]
+    tokenizer = load_tokenizer(tiny_model_dir)
+    out = action_confidence(NamedActionPolicy(tokenizer), tokenizer, [Trajectory("t", 0, "x", steps)], None,
+                            resamples=2, max_steps=5, require_think=False)
+    # each re-sample is read against its own step's action: 4 of 6 for the others, 2 of 2 for the repeat
+    assert out == {"confidence_repeated": 1.0, "steps_repeated": 1,
+                   "confidence_other": pytest.approx(4 / 6), "steps_other": 3}
 
 
 def test_analyze_cli_on_recorded_trajectories(tiny_model_dir, tmp_path):

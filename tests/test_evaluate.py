@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 from conftest import COMPACT
 
 from agentrl.config import EnvPoolConfig, EvalConfig, PromptConfig
@@ -72,3 +73,24 @@ def test_evaluation_plays_every_task_once_with_batch_size_environments_alive(tin
     played = [json.loads(line) for line in (tmp_path / "trajectories_l0.jsonl").read_text().splitlines()]
     assert [(t["task_id"], t["group_id"]) for t in played] == list(zip(tasks, range(7)))
     assert results["l0"]["episodes"] == 7
+
+
+def test_evaluation_is_seeded_by_its_own_seed_and_leaves_the_global_stream_alone(tiny_model_dir, tmp_path):
+    """Sampled at temperature 1: the same seed plays the same episodes whatever state the global
+    RNG is in, another seed plays others, and the global stream is where evaluation found it."""
+    tokenizer = load_tokenizer(tiny_model_dir)
+    eval_cfg = EvalConfig(splits=["l0"], episodes=3, sampling={"max_new_tokens": 6, "temperature": 1.0})
+    with EnvPool(HouseholdEnvConfig(max_steps=2), EnvPoolConfig(workers=0)) as pool:
+        sampler = HFSampler(load_model(tiny_model_dir), tokenizer)
+
+        def responses(global_seed, seed, out_dir):
+            torch.manual_seed(global_seed)
+            before = torch.random.get_rng_state()
+            evaluate(pool, sampler, tokenizer, eval_cfg, PromptConfig(template=COMPACT), seed, out_dir)
+            assert torch.equal(torch.random.get_rng_state(), before)
+            return [s["response"] for line in (out_dir / "trajectories_l0.jsonl").read_text().splitlines()
+                    for s in json.loads(line)["steps"]]
+
+        first = responses(1, 0, tmp_path / "a")
+        assert responses(2, 0, tmp_path / "b") == first
+        assert responses(1, 1, tmp_path / "c") != first

@@ -162,3 +162,29 @@ def test_a_stopped_sft_continues_only_with_the_settings_it_was_started_with(tiny
     changed, straight = load_file(out / "model.safetensors"), load_file(tmp_path / "straight" / "model.safetensors")
     assert all(torch.equal(changed[k], straight[k]) for k in straight)
     assert any(not torch.equal(changed[k], first[k]) for k in first)
+
+
+def test_sft_weighs_prompt_tokens_and_seeds_its_adapters(tiny_model_dir, tmp_path):
+    """One step on all the data: prompt_loss_weight changes the update; LoRA adapters start from
+    the run's seed (the same whatever the global RNG holds, others with another seed)."""
+    from safetensors.torch import load_file
+
+    collect_expert_data(make_env(HouseholdEnvConfig()), PromptConfig(template=COMPACT, history_length=1), 2,
+                        tmp_path / "d.jsonl", 0)
+
+    def trained(name, global_seed, seed=0, weight=0.0, lora=None):
+        torch.manual_seed(global_seed)
+        config = SFTConfig(epochs=1, batch_size=256, prompt_loss_weight=weight, optim=OptimConfig(lr=1e-2),
+                           actor=None if lora is None else {"lora": lora})
+        train_sft(load_model(tiny_model_dir), load_tokenizer(tiny_model_dir), tmp_path / "d.jsonl", config, seed,
+                  tmp_path / name)
+        return load_file(tmp_path / name / "model.safetensors")
+
+    def same(a, b):
+        return all(torch.equal(a[k], b[k]) for k in a)
+
+    assert not same(trained("plain", 1), trained("prompt-weighted", 1, weight=0.5))
+    lora = {"r": 4, "alpha": 8}
+    adapted = trained("lora", 1, lora=lora)
+    assert same(trained("lora-other-global", 2, lora=lora), adapted)
+    assert not same(trained("lora-seed-1", 1, seed=1, lora=lora), adapted)
