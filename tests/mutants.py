@@ -1194,6 +1194,23 @@ MUTANTS = [
            ["test_sft.py"]),
     Mutant("sft: LoRA adapters initialised unseeded", "src/agentrl/sft.py",
            "        torch.manual_seed(seed)  # the adapters' initialisation\n", "", ["test_sft.py"]),
+    Mutant("compare: a method's judge accuracy its best seed's", "src/agentrl/compare.py",
+           'out[split]["judge_accuracy"] = float(np.mean(judged))', 'out[split]["judge_accuracy"] = float(max(judged))', COMPARE),
+    Mutant("compare: an RL run folder accepts a phase it does not have", "src/agentrl/compare.py",
+           '    if phase not in (None, "rl"):\n', '    if False:\n', COMPARE),
+    Mutant("stats: the episodes of a seed taken from the first seed only", "src/agentrl/stats.py",
+           "round(float(np.mean([len(s) for s in episode_scores])))", "len(episode_scores[0])", COMPARE),
+    Mutant("testbed: L0's corridors are the training corridors", "src/agentrl/envs/testbed/env.py",
+           'rng = random.Random(f"testbed:{task_id}")', 'rng = random.Random(f"testbed:{index}")', TESTBED),
+    Mutant("testbed: L0 as large as the training set", "src/agentrl/envs/testbed/env.py",
+           'size = self.config.train_size if split == "train" else self.config.eval_size',
+           'size = self.config.train_size if split in ("train", "l0") else self.config.eval_size', TESTBED),
+    Mutant("testbed: the way on is always the first door listed", "src/agentrl/envs/testbed/env.py",
+           "rooms.append((colours, rng.choice(colours),", "rooms.append((colours, colours[0] if rng.choice(colours) else None,",
+           TESTBED),
+    Mutant("testbed: progress judged against the noisy demonstrator", "src/agentrl/envs/testbed/env.py",
+           "progress = action is not None and action == self._expert_action()",
+           "progress = action is not None and action == self._expert_action(self.demonstrated_key)", TESTBED + GCD),
 ]
 
 

@@ -47,6 +47,8 @@ def test_variance_components_by_hand():
     assert parts.within_sd == pytest.approx(math.sqrt(within_var))
     assert parts.between_sd == pytest.approx(math.sqrt(0.02 - within_var))
     assert parts.episodes == 100
+    uneven = stats.components([0.5, 0.7], [[1.0] * 5 + [0.0] * 5, [1.0] * 21 + [0.0] * 9])
+    assert uneven.episodes == 20  # the mean over seeds of their episodes (10 and 30)
 
 
 def test_detectable_difference_by_hand():
@@ -245,6 +247,31 @@ def test_a_method_named_twice_is_refused(tmp_path, capsys):
     assert "named twice" in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
+def test_a_phase_is_refused_for_an_rl_run_folder(tmp_path):
+    """Phases belong to `agentrl run` folders: asking an RL run folder for its SFT phase is an error,
+    not its RL result read under another name."""
+    from agentrl.rollout.records import write_trajectories
+    from agentrl.rollout.types import Trajectory
+
+    folder = tmp_path / "seed0" / "eval" / "step_000001"
+    folder.mkdir(parents=True)
+    write_trajectories(folder / "trajectories_l0.jsonl", [Trajectory("l0-0", 0, "t", [], success=True)])
+    (folder / "results.json").write_text(json.dumps({"l0": {"success": 1.0}}))
+    (tmp_path / "seed0" / "config.yaml").write_text("seed: 0\nrl: {steps: 1}\n")
+    assert read_run(tmp_path / "seed0", "rl").outcomes["l0"] == {"l0-0": 1.0}
+    with pytest.raises(ConfigError, match="has no sft phase"):
+        read_run(tmp_path / "seed0", "sft")
+
+
+def test_a_methods_judge_accuracy_is_the_mean_over_its_seeds():
+    def run(seed, accuracy):
+        return Run(Path(f"s{seed}"), seed, {"l0": {"t0": 1.0}}, {"l0": {"judge_accuracy": accuracy}})
+
+    summary = summarize({"gcd": [run(0, 0.5), run(1, 0.7), run(2, 0.9)]})
+    assert summary["methods"]["gcd"]["l0"]["judge_accuracy"] == pytest.approx(0.7)
+    assert "(100.0), judge 70.0 |" in markdown(summary)
+
+
 def test_only_the_splits_every_run_has_are_compared():
     both = {"l0": {"t0": 1.0}, "l1": {"t0": 0.0}}
     summary = summarize({"a": [Run(Path("a0"), 0, both), Run(Path("a1"), 1, {"l0": {"t0": 0.0}})],
@@ -300,8 +327,10 @@ def test_two_methods_two_seeds_end_to_end(good_model_dir, tmp_path, capsys):
     recipe = _twostep_recipe(tmp_path)
     out = tmp_path / "cmp"
     # "mute" is worse by construction: 2 new tokens cannot hold an <action> tag, so it never acts.
+    # A method's own override wins over the common ones (--set): mute stays mute.
     command = ["compare", str(recipe), "--model", str(good_model_dir), "--seeds", "1", "2", "--out", str(out),
-               "--method", "good:", "--method", "mute:eval.sampling.max_new_tokens=2"]
+               "--set", "eval.sampling.max_new_tokens=24", "--method", "good:",
+               "--method", "mute:eval.sampling.max_new_tokens=2"]
     assert main(command) == 0
     summary = json.loads((out / "summary.json").read_text())
     for split in ("l0", "l1"):
@@ -340,6 +369,8 @@ def test_two_methods_two_seeds_end_to_end(good_model_dir, tmp_path, capsys):
     assert min(eval_stamps("mute")) > max(stamps["mute"])
     record = json.loads((out / "mute" / "seed1" / "phases.json").read_text())
     assert record["started"] == record["run"]  # started afresh with the new settings, not continued
+    from agentrl.provenance import folder_fingerprint
+    assert record["run"]["model.fingerprint"] == folder_fingerprint(good_model_dir)  # a model replaced in place redoes it
     assert main(command) == 0  # back to the first settings: redone again, not the changed runs reused
 
     # Reading the same folders gives the same statistics, laid out or named.

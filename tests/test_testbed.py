@@ -6,7 +6,7 @@ import random
 import pytest
 
 from agentrl.envs import make_env, testbed
-from agentrl.envs.testbed.env import HELD_OUT_GOALS, SEEN_GOALS
+from agentrl.envs.testbed.env import HELD_OUT_GOALS, SEEN_GOALS, make_corridor
 from agentrl.recipe import load_config
 
 
@@ -190,3 +190,38 @@ def test_a_random_key_demonstrator_is_imitated_mistakes_included(tmp_path):
     half = testbed.TestbedEnv(key_choices=4, expert_key_noise=0.5)
     wins = sum(play(half, t, lambda obs: half.expert_action()[1])[0].success for t in half.split_tasks("train")[:400])
     assert 0.5 + 0.5 / 4 - 0.08 < wins / 400 < 0.5 + 0.5 / 4 + 0.08
+
+
+def test_split_sizes_and_eval_corridors_apart_from_training():
+    """train_size and eval_size set the splits' sizes, and an L0 task is a corridor of its own, not
+    the training task of the same number."""
+    env = testbed.TestbedEnv(train_size=40, eval_size=12)
+    assert {s: len(env.split_tasks(s)) for s in ("train", "l0", "l1", "l2")} == {"train": 40, "l0": 12, "l1": 12, "l2": 12}
+    same = sum(make_corridor(env.config, f"l0-{i}") == make_corridor(env.config, f"train-{i}")
+               for i in range(12))
+    assert same <= 1
+
+
+def test_the_way_on_is_any_door_and_progress_is_the_fitting_keys_way():
+    """The door that leads on is drawn among the room's doors (no position gives it away), and a
+    step's progress flag is the shortest way with the key that fits, also where the noisy
+    demonstrator took another."""
+    env = testbed.TestbedEnv(doors=3)
+    positions = [doors.index(way) for t in env.split_tasks("train")[:100]
+                 for doors, way, _, _ in make_corridor(env.config, t).rooms]
+    assert all(positions.count(k) > len(positions) / 5 for k in range(3))
+
+    noisy = testbed.TestbedEnv(key_choices=4, expert_key_noise=1.0)
+    judged = 0
+    for task_id in noisy.split_tasks("train")[:40]:
+        noisy.reset(task_id)
+        while not any(a.startswith("take") for a in noisy.admissible_actions()):
+            noisy.step(noisy.expert_action()[1])
+        demonstrated = noisy.expert_action()[1]
+        if demonstrated != f"take {noisy.corridor.goal} key":
+            judged += 1
+            noisy.reset(task_id)
+            while not any(a.startswith("take") for a in noisy.admissible_actions()):
+                noisy.step(noisy.expert_action()[1])
+            assert noisy.step(demonstrated).progress is not True  # a key that does not fit
+    assert judged >= 20
