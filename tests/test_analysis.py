@@ -108,6 +108,9 @@ def test_analyze_cli_on_recorded_trajectories(tiny_model_dir, tmp_path):
     assert report["set_sizes"] == {"pos_id": 3, "neg_id": 3, "pos_ood": 3, "neg_ood": 3}
     assert report["gradient_cosine"]["pos_id|pos_ood"] == pytest.approx(1.0, abs=1e-5)  # same samples
     assert len(report["influence_matrix"]) == 4 and "influence_gap" in report and "separation" in report
+    matrix = report["influence_matrix"]  # two good samples, then two bad
+    across = [matrix[i][j] for i in range(4) for j in range(4) if (i < 2) != (j < 2)]
+    assert report["influence_different_class"] == pytest.approx(sum(across) / 8)
     assert (out / "influence.png").stat().st_size > 1000
 
     assert main(["analyze", "repeats", "--model", str(tiny_model_dir), "--trajectories", str(path),
@@ -153,3 +156,48 @@ def test_action_representations_read_the_last_layer_in_context(tiny_model_dir):
     reps = action_representations(model, tokenizer, [PAIRS[0], Pair("Task: heat an egg.", PAIRS[0].response)])
     assert reps.shape == (2, model.config.hidden_size)
     assert not torch.allclose(reps[0], reps[1], atol=1e-4)
+
+
+def test_a_responses_log_prob_and_representation_by_hand(tiny_model_dir):
+    """log p(response | prompt) is the sum of each response token's log-prob given everything
+    before it (computed here one prefix at a time), and a representation is the mean of the
+    response tokens' last-layer states."""
+    from agentrl.analysis.coupling import _encode, action_representations, response_logprob
+
+    model, tokenizer = load_model(tiny_model_dir), load_tokenizer(tiny_model_dir)
+    ids, n_prompt = _encode(model, tokenizer, PAIRS[0])
+    with torch.no_grad():
+        by_prefix = sum(torch.log_softmax(model(input_ids=ids[:, :k]).logits[0, -1].float(), -1)[ids[0, k]]
+                        for k in range(n_prompt, ids.shape[1]))
+        assert response_logprob(model, tokenizer, PAIRS[0]).item() == pytest.approx(by_prefix.item(), abs=1e-4)
+        states = model(input_ids=ids, output_hidden_states=True).hidden_states[-1][0]
+    response = [states[k] for k in range(n_prompt, ids.shape[1])]
+    assert len(response) > 1
+    assert torch.allclose(action_representations(model, tokenizer, PAIRS[:1])[0], sum(response) / len(response),
+                          atol=1e-5)
+
+
+def test_the_coupling_lab_draws_its_pairs_afresh_each_step(tiny_model_dir):
+    from types import SimpleNamespace
+
+    from agentrl.analysis.coupling import CouplingLab, CouplingLabConfig
+    from agentrl.components import Context, StepBatch
+
+    env, prompt, rng = make_env(HouseholdEnvConfig()), PromptConfig(template=COMPACT, history_length=1), random.Random(1)
+    trajectories = []
+    for i, task in enumerate(sample_tasks(env, "train", 4, rng)):
+        policy = (lambda obs: env.expert_action()[1]) if i % 2 else (lambda obs: rng.choice(obs.admissible_actions))
+        t = play(env, task, prompt, policy)
+        for s in t.steps:
+            s.response = f"<think>ok</think><action>{s.action}</action>"
+        trajectories.append(t)
+    model, tokenizer = load_model(tiny_model_dir), load_tokenizer(tiny_model_dir)
+    lab = CouplingLab(CouplingLabConfig(pairs=2), Context(SimpleNamespace(seed=0), "", model, None, tokenizer, None))
+
+    def measured(step):
+        batch = StepBatch(step, trajectories, [s for t in trajectories for s in t.steps], [])
+        lab.shape(batch)
+        return batch.metrics["coupling/grad_cos_pos_neg"]
+
+    assert measured(1) == measured(1)  # seeded by the step
+    assert len({measured(step) for step in range(1, 5)}) > 1  # another step, other pairs

@@ -421,3 +421,44 @@ def test_correction_hint_is_in_training_prompts_after_a_refresh_and_never_in_eva
     assert logged == [{"step": 2, "critiques": 1, "hint": hint}]
     evaluated = [json.loads(line) for line in (tmp_path / "eval" / "trajectories_l0.jsonl").read_text().splitlines()]
     assert evaluated and all(HEADER not in s["prompt"] for t in evaluated for s in t["steps"])
+
+
+class RuleJudge:
+    """A rule judge as the sampler: it calls the step taken from "state start" bad (with a reason)
+    and every other step good, whatever else its prompt holds."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def generate(self, prompts, sampling):
+        from agentrl.sampler.base import Generation
+
+        replies = ["<think>it loops</think><verdict>bad</verdict>" if "state start" in self.tokenizer.decode(p)
+                   else "<verdict>good</verdict>" for p in prompts]
+        return [Generation(self.tokenizer(r).input_ids, [0.0] * len(self.tokenizer(r).input_ids)) for r in replies]
+
+
+def test_each_group_judges_its_own_step_and_a_critique_names_the_action(tiny_model_dir):
+    """group_size judgments of each pair's step are read as that step's group (a judge right on
+    every step scores 1.0), and a critique names the action taken, not the whole reply."""
+    tokenizer = load_tokenizer(tiny_model_dir)
+    t = traj(["start", "A", "B", "A", "C"], success=True)  # a0 bad (leads back), a4 good (wins)
+    for s in t.steps:
+        s.response = f"<think>go</think><action>{s.action}</action>"
+    loss = GCDLoss(gcd_config(), RuleJudge(tokenizer), tokenizer, seed=0)
+    batch = loss.prepare([t], step=1)
+    assert batch.metrics["pairs"] == 2 and batch.metrics["judge_accuracy"] == 1.0
+    assert loss.critiques == [("a0", "it loops")] * 3
+
+
+def test_critiques_and_the_correction_hint_survive_a_resume(tiny_model_dir, tmp_path):
+    from agentrl.gcd.loss import CorrectionConfig
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    config = GCDAuxConfig(correction=CorrectionConfig(every=2))
+    loss = GCDLoss(config, RuleJudge(tokenizer), tokenizer, seed=0, run_dir=tmp_path)
+    loss.critiques = [("go to a", "it loops"), ("open b", "it cannot help")]
+    loss.correction.hint = "Mistakes to avoid:\n- looping"
+    resumed = GCDLoss(config, RuleJudge(tokenizer), tokenizer, seed=0, run_dir=tmp_path)
+    resumed.load_state(json.loads(json.dumps(loss.state())))  # as a checkpoint keeps it
+    assert resumed.critiques == loss.critiques and resumed.hint(2) == "Mistakes to avoid:\n- looping"
