@@ -100,6 +100,15 @@ def test_run_pipeline_end_to_end_and_rerun_skips_done_phases(tmp_path, capsys):
         deciding = {k for k in leaves if k.startswith(section + ".")
                     and not any(k == c or k.startswith(c + ".") for c in continuable[section])}
         assert deciding and deciding <= set(record[phase]), (phase, deciding - set(record[phase]))
+    # ... and what each builds on: the seed, the starting model's dtype and the fingerprint of the
+    # model it starts from (replaced in place, it is another model), the environment and the prompt;
+    # an RL evaluation is of the model after rl.steps.
+    world = {k for k in leaves if k.startswith(("env.", "prompt."))}
+    for phase in ("eval initial", "sft", "eval sft", "rl", "eval rl"):
+        assert {"seed", "model.dtype", "model.fingerprint"} <= set(record[phase]), phase
+    for phase in ("eval initial", "eval sft", "rl", "eval rl"):
+        assert world <= set(record[phase]), (phase, world - set(record[phase]))
+    assert record["eval rl"]["rl.steps"] == 1
 
     # Recorded before a setting existed (rl.mini_batch_order, at its old behaviour): every phase is
     # kept, the RL phase's checkpoints too (a stricter comparison there once deleted them).
