@@ -593,6 +593,7 @@ def test_kl_in_reward_adds_each_actions_kl_to_its_penalty(choice_model_dir, tmp_
         trajectories = trainer.rollout(1)
         invalid = {id(s): 0.0 if s.valid else config.prompt.invalid_penalty for t in trajectories for s in t.steps}
         metrics = trainer.learn(trajectories, 1)
+        penalties = []
         for t in trajectories:
             for s in t.steps:
                 batch = collate([TrainSample.from_turn(s.prompt_ids, s.response_ids)], trainer.tokenizer.pad_token_id)
@@ -601,9 +602,10 @@ def test_kl_in_reward_adds_each_actions_kl_to_its_penalty(choice_model_dir, tmp_
                 kl = kl_k3(torch.tensor(s.logprobs), ref).sum().item()
                 assert kl > 0
                 assert s.penalty == pytest.approx(invalid[id(s)] + 0.5 * kl, rel=1e-4)
+                penalties.append(0.5 * kl)
     finally:
         trainer.close()
-    assert metrics["rollout/kl_penalty"] > 0
+    assert metrics["rollout/kl_penalty"] == pytest.approx(sum(penalties) / len(penalties), rel=1e-4)  # per action
     for group in {t.group_id for t in trajectories}:
         for reward in {t.episode_reward for t in trajectories}:
             steps = sorted((s for t in trajectories if t.group_id == group and t.episode_reward == reward
