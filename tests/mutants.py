@@ -1229,6 +1229,11 @@ MUTANTS = [
            'step_seed(self.seed, batch.step, "coupling"))', "self.seed)", ["test_analysis.py", "test_trainer.py"]),
     Mutant("coupling: the report's influence pairs all good", "src/agentrl/analysis/coupling.py",
            "chosen = good_id[:k] + bad_id[:k]", "chosen = good_id[:2 * k]", ["test_analysis.py", "test_trainer.py"]),
+    Mutant("pool: a tried move timed by the reset limit", "src/agentrl/envs/pool.py",
+           '"try": "step_timeout_s", "expert"', '"try": "reset_timeout_s", "expert"', ["test_pool.py"]),
+    Mutant("pool: a worker dead while busy replaced before its answer is read", "src/agentrl/envs/pool.py",
+           "died = self.transport.dead(worker) if not self._queue[worker] else None",
+           "died = self.transport.dead(worker)", ["test_pool.py"]),
 ]
 
 

@@ -95,6 +95,46 @@ def test_a_message_sent_later_does_not_extend_the_one_in_flight():
         assert answers[0] is None and time.monotonic() - start < 2.5
         assert pool.faults[0].startswith("worker 0 did not answer a step of 1 environment(s)")
 
+def test_a_tried_move_is_timed_and_named_by_the_step_limit():
+    """`sampling.retries` tries moves (`try`): a hung one times out by rl.env_pool.step_timeout_s,
+    the setting its fault names, not by the far longer reset limit."""
+    import time
+
+    from agentrl.envs.latency import LatencyEnvConfig
+
+    hung = LatencyEnvConfig(step_median_s=10.0, step_sigma=0.0)
+    with EnvPool(hung, EnvPoolConfig(workers=1, step_timeout_s=0.5, reset_timeout_s=30.0)) as pool:
+        observations = pool.reset({0: "train-0"})
+        start = time.monotonic()
+        assert pool.step({0: observations[0].admissible_actions[0]}, tentative=frozenset({0})) == {0: None}
+        assert time.monotonic() - start < 5.0
+        assert pool.faults == ["worker 0 did not answer a try of 1 environment(s) within the time limit "
+                               "(rl.env_pool.step_timeout_s = 0.5 each)"]
+
+
+def test_a_worker_dead_with_a_message_in_flight_fails_that_and_the_next_at_once():
+    """A worker that dies while busy, sent one more message: both its episodes are aborted at once
+    (its pipe is closed), not the new one alone with the first left to wait out the time limit."""
+    import time
+
+    from agentrl.envs.latency import LatencyEnvConfig
+
+    env = LatencyEnvConfig(inner={"type": "household"}, step_median_s=0.5, step_sigma=0.0)
+    with EnvPool(env, EnvPoolConfig(workers=1, step_timeout_s=30.0)) as pool:
+        observations = pool.reset({slot: f"train-{slot}" for slot in range(2)})
+        pool.submit("step", {0: observations[0].admissible_actions[0]})
+        victim = pool.transport.procs[0]
+        victim.kill()
+        victim.join()
+        start = time.monotonic()
+        pool.submit("step", {1: observations[1].admissible_actions[0]})
+        answers = {}
+        while pool.pending:
+            answers.update(pool.receive())
+        assert answers == {0: None, 1: None} and time.monotonic() - start < 10.0
+        assert len(pool.faults) == 1 and "exited during a step" in pool.faults[0]
+
+
 # --- faults: real worker processes, killed or frozen with real signals --------------------------
 import os
 import signal

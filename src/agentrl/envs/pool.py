@@ -37,6 +37,8 @@ from agentrl.envs.base import NoExpertMove, Observation, Rejected, StepResult
 from agentrl.errors import RunError
 
 START_FAILURES = 3
+TIME_LIMITS = {"reset": "reset_timeout_s", "step": "step_timeout_s", "try": "step_timeout_s", "expert": "step_timeout_s"}
+"""The `rl.env_pool` setting that limits each command's time (per environment of a message)."""
 MAIN_GUARD_HINT = ("environment workers are spawned processes that import the main script again: a script that "
                    "trains must do so under `if __name__ == \"__main__\":`; the worker's own error, if any, is "
                    "printed above")
@@ -237,8 +239,7 @@ class EnvPool:
         self.local = make_env(env_config)
         """In-process instance: task lists, task types, and the environments when workers=0."""
         self.workers = pool.workers
-        self.timeouts = {"reset": pool.reset_timeout_s, "step": pool.step_timeout_s, "try": pool.step_timeout_s,
-                         "expert": pool.step_timeout_s}
+        self.timeouts = {command: getattr(pool, setting) for command, setting in TIME_LIMITS.items()}
         self.faults: list[str] = []
         """One line per worker replaced so far (crashed, hung, or died while idle)."""
         self._server = EnvServer(env_config) if not pool.workers else None
@@ -325,7 +326,7 @@ class EnvPool:
                 if self._queue[worker] and now >= self._deadline(worker):
                     command, slots = self._queue[worker][0]
                     self._fail(worker, f"did not answer a {command} of {len(slots)} environment(s) within the time "
-                                       f"limit (rl.env_pool.{command}_timeout_s = {self.timeouts[command]:g} each)")
+                                       f"limit (rl.env_pool.{TIME_LIMITS[command]} = {self.timeouts[command]:g} each)")
             if errors:
                 raise WorkerEnvError(f"an environment failed in a worker:\n{errors[0]}")
             if wait_until is not None and now >= wait_until and not self._arrived:
