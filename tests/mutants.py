@@ -1234,6 +1234,9 @@ MUTANTS = [
     Mutant("pool: a worker dead while busy replaced before its answer is read", "src/agentrl/envs/pool.py",
            "died = self.transport.dead(worker) if not self._queue[worker] else None",
            "died = self.transport.dead(worker)", ["test_pool.py"]),
+    Mutant("pipeline: the tiny model reused after its corpus file changed", "src/agentrl/pipeline.py",
+           '            settings["init.corpus.fingerprint"] = _file_fingerprint(Path(config.init.corpus))\n',
+           '            pass\n', [*PROVENANCE, "test_compare.py"]),
 ]
 
 

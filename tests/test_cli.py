@@ -461,3 +461,28 @@ def test_the_initial_evaluation_can_be_skipped_and_added_later(tmp_path, capsys)
     for phase in ("sft", "eval sft", "eval rl"):
         assert f"phase {phase}: done earlier with the same settings, reused" in out, out
     assert list(json.loads((run / "summary.json").read_text())["phases"]) == ["initial", "sft", "rl"]
+
+
+def test_a_tokenizer_corpus_rewritten_remakes_the_tiny_model(tmp_path, capsys):
+    """`init.corpus` names a file: the tiny model (its tokenizer learnt from that text) is reused
+    while the file is unchanged and remade once it is rewritten, under the same name."""
+    import os
+
+    corpus = tmp_path / "corpus.jsonl"
+
+    def write(word, stamp):
+        corpus.write_text(json.dumps({"messages": [{"role": "user", "content": f"{word} " * 40},
+                                                   {"role": "assistant", "content": "<action>look</action>"}]}) + "\n")
+        os.utime(corpus, ns=(stamp, stamp))
+
+    path = recipe(tmp_path, init={"layers": 1, "intermediate_size": 128, "vocab_size": 300, "corpus": str(corpus)},
+                  sft=None, rl=None, eval={"episodes": 1, "splits": ["l0"], "initial": False})
+    write("zorblat", 1_000_000_000)
+    assert main(["run", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["run", str(path)]) == 0
+    assert "init: done earlier with the same settings, reused" in capsys.readouterr().out
+    write("quaxeni", 2_000_000_000)  # as long, written later
+    assert main(["run", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "init: settings changed (init.corpus.fingerprint" in out
