@@ -1237,6 +1237,9 @@ MUTANTS = [
     Mutant("pipeline: the tiny model reused after its corpus file changed", "src/agentrl/pipeline.py",
            '            settings["init.corpus.fingerprint"] = _file_fingerprint(Path(config.init.corpus))\n',
            '            pass\n', [*PROVENANCE, "test_compare.py"]),
+    Mutant("pool: a replacement's start failures counted from its predecessor's answers", "src/agentrl/envs/pool.py",
+           "        self._answered[worker] = False\n        self.transport.start(worker)",
+           "        self.transport.start(worker)", ["test_pool.py", "test_failures.py"]),
 ]
 
 

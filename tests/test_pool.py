@@ -244,3 +244,23 @@ def test_workers_that_crash_after_answering_are_replaced_every_time():
             assert pool.step({0: "look"})[0] is None  # its episode aborted, the worker replaced
         assert len(pool.faults) == START_FAILURES + 1
         assert "before their first answer" not in pool.fault_summary()
+
+
+def test_replacements_that_die_before_answering_stop_the_run_after_a_worker_that_served():
+    """Each incarnation is judged on its own: after one that answered and then died, START_FAILURES
+    replacements in a row that die before their first answer stop the run (the 2 s reset keeps
+    any from answering before it is killed)."""
+    from agentrl.envs.latency import LatencyEnvConfig
+    from agentrl.envs.pool import START_FAILURES
+    from agentrl.errors import RunError
+
+    slow = LatencyEnvConfig(inner={"type": "household"}, reset_median_s=2.0, step_median_s=0.0, step_sigma=0.0)
+    with EnvPool(slow, EnvPoolConfig(workers=1, reset_timeout_s=60.0)) as pool:
+        assert pool.reset({0: "train-0"})[0] is not None  # the first incarnation answered
+        with pytest.raises(RunError, match=f"exited before answering {START_FAILURES} times in a row"):
+            for _ in range(START_FAILURES + 1):  # the first that dies had answered: it does not count
+                pool.submit("reset", {0: "train-0"})
+                victim = pool.transport.procs[0]
+                victim.kill()
+                victim.join()
+                assert pool.receive() == {0: None}
