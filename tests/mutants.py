@@ -1240,6 +1240,9 @@ MUTANTS = [
     Mutant("pool: a replacement's start failures counted from its predecessor's answers", "src/agentrl/envs/pool.py",
            "        self._answered[worker] = False\n        self.transport.start(worker)",
            "        self.transport.start(worker)", ["test_pool.py", "test_failures.py"]),
+    Mutant("compare: coupling of a method is its first seed's", "src/agentrl/compare.py",
+           "out[name] = {k: float(np.mean([c[k] for c in per_seed])) for k in per_seed[0]}",
+           "out[name] = dict(per_seed[0])", COMPARE),
 ]
 
 

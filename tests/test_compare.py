@@ -508,3 +508,55 @@ def test_runs_compared_on_the_episode_return_and_score(tmp_path, capsys):
         (tmp_path / "summary.md").read_text()
     assert main(["compare", "--runs", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "summary.json").read_text())["pairs"]["a - b"]["l0"]["difference"] == 0
+
+
+def test_a_methods_coupling_is_the_mean_over_its_seeds_final_models(tiny_model_dir, tmp_path):
+    """`compare --coupling`: the lab's numbers on fixed steps for the starting model and, per
+    method, the mean over its seeds' final models (two different ones here)."""
+    import random
+
+    import torch
+    from conftest import COMPACT
+
+    from agentrl.analysis.coupling import coupling_metrics
+    from agentrl.compare import coupling
+    from agentrl.config import PromptConfig
+    from agentrl.data import play
+    from agentrl.envs import make_env
+    from agentrl.envs.base import sample_tasks
+    from agentrl.envs.household.env import HouseholdEnvConfig
+    from agentrl.models import load_model, load_tokenizer
+    from agentrl.rollout.records import write_trajectories
+
+    env, rng = make_env(HouseholdEnvConfig()), random.Random(1)
+    trajectories = []
+    for i, task in enumerate(sample_tasks(env, "train", 4, rng)):
+        policy = (lambda obs: env.expert_action()[1]) if i % 2 else (lambda obs: rng.choice(obs.admissible_actions))
+        t = play(env, task, PromptConfig(template=COMPACT, history_length=1), policy)
+        for s in t.steps:
+            s.response = f"<think>ok</think><action>{s.action}</action>"
+        trajectories.append(t)
+    write_trajectories(tmp_path / "steps.jsonl", trajectories)
+
+    runs, finals = [], []
+    for seed in (0, 1):
+        final = tmp_path / "m" / f"seed{seed}" / "checkpoints" / "step_000001"
+        shutil.copytree(tiny_model_dir, final / "model")
+        (final / "trainer_state.json").write_text("{}")
+        model = load_model(final / "model")
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        model.save_pretrained(final / "model")
+        runs.append(Run(final.parent.parent, seed, {}))
+        finals.append(final / "model")
+
+    def measure(path):
+        return coupling_metrics(load_model(str(path)), load_tokenizer(str(path)), trajectories, 4, 1e-3, seed=0)
+
+    out = coupling(str(tiny_model_dir), {"m": runs}, str(tmp_path / "steps.jsonl"), 4)
+    each = [measure(path) for path in finals]
+    assert each[0]["grad_cos_pos_neg"] != pytest.approx(each[1]["grad_cos_pos_neg"])
+    assert out["m"] == pytest.approx({k: (each[0][k] + each[1][k]) / 2 for k in each[0]})
+    assert out["start"] == pytest.approx(measure(tiny_model_dir))
