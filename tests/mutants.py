@@ -1243,6 +1243,9 @@ MUTANTS = [
     Mutant("compare: coupling of a method is its first seed's", "src/agentrl/compare.py",
            "out[name] = {k: float(np.mean([c[k] for c in per_seed])) for k in per_seed[0]}",
            "out[name] = dict(per_seed[0])", COMPARE),
+    Mutant("pipeline: RL reused after model.dtype changed", "src/agentrl/pipeline.py",
+           'config_settings(config, "seed", "model.dtype", "env", "prompt", "sampling", "rl", exclude=RL_CONTINUABLE)',
+           'config_settings(config, "seed", "env", "prompt", "sampling", "rl", exclude=RL_CONTINUABLE)', [*PROVENANCE, "test_compare.py"]),
 ]
 
 

@@ -11,6 +11,14 @@ from agentrl.cli import main
 from agentrl.provenance import Phases
 
 
+CONTINUABLE = {"rl": ("rl.steps", "rl.eval_every", "rl.save_every", "rl.keep_last", "rl.env_pool",
+                      "rl.max_aborted_share", "rl.max_skipped_updates", "rl.check_logprobs_every",
+                      "rl.save_rollouts", "rl.log_samples"),
+               "sft": ("sft.save_every",), "eval": ("eval.max_aborted_share", "eval.initial")}
+"""Settings that change nothing a phase's steps did (named here, so that one more is a decision,
+not a slip): a run stopped or finished continues with another value of these."""
+
+
 def recipe(tmp_path, **extra):
     data = {
         "seed": 1, "run_dir": str(tmp_path / "run"), "model": {"path": str(tmp_path / "run" / "init")},
@@ -92,13 +100,9 @@ def test_run_pipeline_end_to_end_and_rerun_skips_done_phases(tmp_path, capsys):
     from agentrl.recipe import load_config
     record = json.loads((run / "phases.json").read_text())
     leaves = set(flatten(load_config(path).model_dump(mode="json")))
-    continuable = {"rl": ("rl.steps", "rl.eval_every", "rl.save_every", "rl.keep_last", "rl.env_pool",
-                          "rl.max_aborted_share", "rl.max_skipped_updates", "rl.check_logprobs_every",
-                          "rl.save_rollouts", "rl.log_samples"),
-                   "sft": ("sft.save_every",), "eval": ("eval.max_aborted_share", "eval.initial")}
     for phase, section in (("rl", "rl"), ("sft", "sft"), ("eval sft", "eval"), ("eval rl", "eval")):
         deciding = {k for k in leaves if k.startswith(section + ".")
-                    and not any(k == c or k.startswith(c + ".") for c in continuable[section])}
+                    and not any(k == c or k.startswith(c + ".") for c in CONTINUABLE[section])}
         assert deciding and deciding <= set(record[phase]), (phase, deciding - set(record[phase]))
     # ... and what each builds on: the seed, the starting model's dtype and the fingerprint of the
     # model it starts from (replaced in place, it is another model), the environment and the prompt;
@@ -486,3 +490,18 @@ def test_a_tokenizer_corpus_rewritten_remakes_the_tiny_model(tmp_path, capsys):
     assert main(["run", str(path)]) == 0
     out = capsys.readouterr().out
     assert "init: settings changed (init.corpus.fingerprint" in out
+
+
+def test_what_an_rl_run_depends_on_outside_the_pipeline(tmp_path):
+    """`agentrl train` and `agentrl compare` decide an RL run's reuse by `rl_settings` alone (the
+    starting model aside): every setting of the seed, the model's dtype, the environment, the
+    prompt, the sampling and the rl section, less the continuable ones."""
+    from agentrl.pipeline import rl_settings
+    from agentrl.provenance import flatten
+    from agentrl.recipe import load_config
+
+    config = load_config(recipe(tmp_path))
+    leaves = set(flatten(config.model_dump(mode="json")))
+    deciding = {"seed", "model.dtype"} | {k for k in leaves if k.startswith(("env.", "prompt.", "sampling.", "rl."))
+                                          and not any(k == c or k.startswith(c + ".") for c in CONTINUABLE["rl"])}
+    assert deciding <= set(rl_settings(config)), deciding - set(rl_settings(config))
