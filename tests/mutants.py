@@ -1246,6 +1246,9 @@ MUTANTS = [
     Mutant("pipeline: RL reused after model.dtype changed", "src/agentrl/pipeline.py",
            'config_settings(config, "seed", "model.dtype", "env", "prompt", "sampling", "rl", exclude=RL_CONTINUABLE)',
            'config_settings(config, "seed", "env", "prompt", "sampling", "rl", exclude=RL_CONTINUABLE)', [*PROVENANCE, "test_compare.py"]),
+    Mutant("fsdp2: a resumed run's scheduler starts over", "src/agentrl/actor/fsdp.py",
+           "        self.scheduler.load_state_dict(json.loads((path / \"scheduler.json\").read_text()))\n", "",
+           ["test_distributed.py"]),
 ]
 
 

@@ -271,7 +271,10 @@ def write_recipe(path, run_dir, steps, backend="fsdp2"):
         "prompt": {"template": COMPACT, "history_length": 1},
         "sampling": {"max_new_tokens": 8},
         "rl": {"steps": steps, "tasks_per_step": 2, "group_size": 3, "mini_batch_size": 8, "micro_batch_tokens": 600,
-               "save_every": 1, "keep_last": 5, "optim": {"lr": 1e-2}, "actor": {"backend": backend},
+               "save_every": 1, "keep_last": 5, "actor": {"backend": backend},
+               # Warm-up: the learning rate changes every step, so a resume that restarts the
+               # scheduler shows in the numbers.
+               "optim": {"lr": 1e-2, "warmup_steps": 3},
                # An untrained model fails every episode (all advantages 0): the entropy bonus
                # gives every step a real gradient, so a bad resume shows in the numbers.
                "entropy_coef": 0.05},
