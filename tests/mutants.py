@@ -1249,6 +1249,21 @@ MUTANTS = [
     Mutant("fsdp2: a resumed run's scheduler starts over", "src/agentrl/actor/fsdp.py",
            "        self.scheduler.load_state_dict(json.loads((path / \"scheduler.json\").read_text()))\n", "",
            ["test_distributed.py"]),
+    Mutant("pipeline: the initial evaluation reused at another seed", "src/agentrl/pipeline.py",
+           'settings = {**upstream, **config_settings(config, "seed", "env", "prompt", "eval", exclude=EVAL_GUARDS)}',
+           'settings = {**upstream, **config_settings(config, "env", "prompt", "eval", exclude=EVAL_GUARDS)}', [*PROVENANCE, "test_compare.py"]),
+    Mutant("pipeline: evaluations reused after the starting model was replaced in place", "src/agentrl/pipeline.py",
+           'upstream = {"model.path": model_path, "model.fingerprint": folder_fingerprint(model_path),',
+           'upstream = {"model.path": model_path,', [*PROVENANCE, "test_compare.py"]),
+    Mutant("compare: a method's own override loses to the common ones", "src/agentrl/compare.py",
+           'overrides = [*common, *(o for o in overrides.split(";") if o.strip())]',
+           'overrides = [*(o for o in overrides.split(";") if o.strip()), *common]', COMPARE),
+    Mutant("compare: a trained run reused when its starting model was replaced in place", "src/agentrl/compare.py",
+           '"model.path": model,\n                "model.fingerprint": folder_fingerprint(model)}',
+           '"model.path": model}', COMPARE),
+    Mutant("kl in reward: the logged penalty summed, not averaged", "src/agentrl/losses/reference.py",
+           'batch.metrics["rollout/kl_penalty"] = sum(penalties) / len(penalties) if penalties else 0.0',
+           'batch.metrics["rollout/kl_penalty"] = sum(penalties)', TR + ["test_lora.py"]),
 ]
 
 
