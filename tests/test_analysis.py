@@ -125,9 +125,9 @@ def test_analyze_cli_on_recorded_trajectories(tiny_model_dir, tmp_path):
                  "--out", str(tmp_path / "x")]) == 2
 
 
-def test_coupling_metrics_on_played_trajectories(tiny_model_dir):
-    from agentrl.analysis.coupling import coupling_metrics
-
+def expert_and_random_episodes() -> list[Trajectory]:
+    """Four household episodes, the expert's and a random player's in turn: steps the environment
+    labels good and bad, with the replies that took them."""
     env, prompt, rng = make_env(HouseholdEnvConfig()), PromptConfig(template=COMPACT, history_length=1), random.Random(1)
     trajectories = []
     for i, task in enumerate(sample_tasks(env, "train", 4, rng)):
@@ -136,6 +136,13 @@ def test_coupling_metrics_on_played_trajectories(tiny_model_dir):
         for s in t.steps:
             s.response = f"<think>ok</think><action>{s.action}</action>"
         trajectories.append(t)
+    return trajectories
+
+
+def test_coupling_metrics_on_played_trajectories(tiny_model_dir):
+    from agentrl.analysis.coupling import coupling_metrics
+
+    trajectories = expert_and_random_episodes()
     model, tokenizer = load_model(tiny_model_dir), load_tokenizer(tiny_model_dir)
     before = [p.detach().clone() for p in model.parameters()]
     out = coupling_metrics(model, tokenizer, trajectories, 4, 1e-3, seed=0)
@@ -183,14 +190,7 @@ def test_the_coupling_lab_draws_its_pairs_afresh_each_step(tiny_model_dir):
     from agentrl.analysis.coupling import CouplingLab, CouplingLabConfig
     from agentrl.components import Context, StepBatch
 
-    env, prompt, rng = make_env(HouseholdEnvConfig()), PromptConfig(template=COMPACT, history_length=1), random.Random(1)
-    trajectories = []
-    for i, task in enumerate(sample_tasks(env, "train", 4, rng)):
-        policy = (lambda obs: env.expert_action()[1]) if i % 2 else (lambda obs: rng.choice(obs.admissible_actions))
-        t = play(env, task, prompt, policy)
-        for s in t.steps:
-            s.response = f"<think>ok</think><action>{s.action}</action>"
-        trajectories.append(t)
+    trajectories = expert_and_random_episodes()
     model, tokenizer = load_model(tiny_model_dir), load_tokenizer(tiny_model_dir)
     lab = CouplingLab(CouplingLabConfig(pairs=2), Context(SimpleNamespace(seed=0), "", model, None, tokenizer, None))
 

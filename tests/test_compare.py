@@ -513,29 +513,15 @@ def test_runs_compared_on_the_episode_return_and_score(tmp_path, capsys):
 def test_a_methods_coupling_is_the_mean_over_its_seeds_final_models(tiny_model_dir, tmp_path):
     """`compare --coupling`: the lab's numbers on fixed steps for the starting model and, per
     method, the mean over its seeds' final models (two different ones here)."""
-    import random
-
     import torch
-    from conftest import COMPACT
+    from test_analysis import expert_and_random_episodes
 
     from agentrl.analysis.coupling import coupling_metrics
     from agentrl.compare import coupling
-    from agentrl.config import PromptConfig
-    from agentrl.data import play
-    from agentrl.envs import make_env
-    from agentrl.envs.base import sample_tasks
-    from agentrl.envs.household.env import HouseholdEnvConfig
     from agentrl.models import load_model, load_tokenizer
     from agentrl.rollout.records import write_trajectories
 
-    env, rng = make_env(HouseholdEnvConfig()), random.Random(1)
-    trajectories = []
-    for i, task in enumerate(sample_tasks(env, "train", 4, rng)):
-        policy = (lambda obs: env.expert_action()[1]) if i % 2 else (lambda obs: rng.choice(obs.admissible_actions))
-        t = play(env, task, PromptConfig(template=COMPACT, history_length=1), policy)
-        for s in t.steps:
-            s.response = f"<think>ok</think><action>{s.action}</action>"
-        trajectories.append(t)
+    trajectories = expert_and_random_episodes()
     write_trajectories(tmp_path / "steps.jsonl", trajectories)
 
     runs, finals = [], []
