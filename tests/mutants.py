@@ -1264,6 +1264,9 @@ MUTANTS = [
     Mutant("kl in reward: the logged penalty summed, not averaged", "src/agentrl/losses/reference.py",
            'batch.metrics["rollout/kl_penalty"] = sum(penalties) / len(penalties) if penalties else 0.0',
            'batch.metrics["rollout/kl_penalty"] = sum(penalties)', ["test_trainer.py", "test_metrics.py", "test_lora.py"]),
+    Mutant("pipeline: a standalone SFT continues a checkpoint of another dtype", "src/agentrl/pipeline.py",
+           '"model.dtype": config.model.dtype, "sft.data": str(data),', '"sft.data": str(data),',
+           [*PROVENANCE, "test_sft.py"]),
 ]
 
 

@@ -127,7 +127,8 @@ def test_expert_data_with_rlvmr_meta_tags(tmp_path):
 def test_a_stopped_sft_continues_only_with_the_settings_it_was_started_with(tiny_model_dir, tmp_path):
     """`agentrl sft` SIGKILLed while writing its second checkpoint: rerun with another
     sft.save_every (which changes no step) it continues from the first; killed again and rerun
-    with another learning rate it starts over, and ends where a straight run with that rate ends."""
+    with another learning rate it starts over, and ends where a straight run with that rate ends;
+    killed again and rerun in another model.dtype it starts over too."""
     import signal
     import subprocess
     import sys
@@ -162,6 +163,9 @@ def test_a_stopped_sft_continues_only_with_the_settings_it_was_started_with(tiny
     changed, straight = load_file(out / "model.safetensors"), load_file(tmp_path / "straight" / "model.safetensors")
     assert all(torch.equal(changed[k], straight[k]) for k in straight)
     assert any(not torch.equal(changed[k], first[k]) for k in first)
+
+    sft(out, "sft.optim.lr=1e-3", kill_at=".tmp-step_000002@1")
+    assert "continuing" not in sft(out, "sft.optim.lr=1e-3", "model.dtype=bfloat16")
 
 
 def test_sft_weighs_prompt_tokens_and_seeds_its_adapters(tiny_model_dir, tmp_path):
