@@ -49,6 +49,7 @@ def test_gap_and_separation_by_hand():
     gap = influence_gap(matrix, [True, True, False])
     assert gap["influence_same_class"] == pytest.approx(3.0)  # (2 + 4) / 2
     assert gap["influence_different_class"] == pytest.approx(0.75)  # (-1 + 1 + 0 + 3) / 4
+    assert gap["influence_gap"] == pytest.approx(2.25)  # same-class minus cross-class: decoupled when large
     reps = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
     sep = representation_separation(reps, [True, True, False])
     assert sep == {"cos_within_class": 1.0, "cos_across_class": 0.0, "separation": 1.0}
@@ -201,3 +202,17 @@ def test_the_coupling_lab_draws_its_pairs_afresh_each_step(tiny_model_dir):
 
     assert measured(1) == measured(1)  # seeded by the step
     assert len({measured(step) for step in range(1, 5)}) > 1  # another step, other pairs
+
+
+def test_the_labs_pairs_take_the_environments_word_over_the_rules():
+    """A step the environment calls progress is a good pair even where the loop rule would call it
+    bad (a move can make progress and still lead to a state seen again); steps only the rules
+    label keep the rules' word."""
+    from test_gcd import traj
+
+    from agentrl.analysis.coupling import labelled_pairs
+
+    # step 0's result (A) re-occurs: the rules say bad, the environment says progress
+    t = traj(["start", "A", "B", "A", "C"], success=True, progress=[True, None, False, None, None])
+    good, bad = labelled_pairs([t], 10, seed=0)
+    assert {p.response for p in good} == {"a0", "a4"} and {p.response for p in bad} == {"a2"}

@@ -104,6 +104,8 @@ def test_run_pipeline_end_to_end_and_rerun_skips_done_phases(tmp_path, capsys):
         deciding = {k for k in leaves if k.startswith(section + ".")
                     and not any(k == c or k.startswith(c + ".") for c in CONTINUABLE[section])}
         assert deciding and deciding <= set(record[phase]), (phase, deciding - set(record[phase]))
+        continuable = {k for k in leaves if any(k == c or k.startswith(c + ".") for c in CONTINUABLE[section])}
+        assert not continuable & set(record[phase]), (phase, continuable & set(record[phase]))
     # ... and what each builds on: the seed, the starting model's dtype and the fingerprint of the
     # model it starts from (replaced in place, it is another model), the environment and the prompt;
     # an RL evaluation is of the model after rl.steps.
@@ -504,4 +506,4 @@ def test_what_an_rl_run_depends_on_outside_the_pipeline(tmp_path):
     leaves = set(flatten(config.model_dump(mode="json")))
     deciding = {"seed", "model.dtype"} | {k for k in leaves if k.startswith(("env.", "prompt.", "sampling.", "rl."))
                                           and not any(k == c or k.startswith(c + ".") for c in CONTINUABLE["rl"])}
-    assert deciding <= set(rl_settings(config)), deciding - set(rl_settings(config))
+    assert set(rl_settings(config)) == deciding, set(rl_settings(config)) ^ deciding  # a continuable one neither

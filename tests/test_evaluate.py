@@ -94,3 +94,25 @@ def test_evaluation_is_seeded_by_its_own_seed_and_leaves_the_global_stream_alone
         first = responses(1, 0, tmp_path / "a")
         assert responses(2, 0, tmp_path / "b") == first
         assert responses(1, 1, tmp_path / "c") != first
+
+
+def test_the_aborted_share_is_taken_over_every_episode_played(tiny_model_dir):
+    """One of 3 episodes aborted (its worker killed before the first move): a share of 1/3, within
+    eval.max_aborted_share 0.4 (measured against the 2 that finished it would be 1/2) and beyond 0.3."""
+    import signal
+
+    from test_pool import SignalOnCall
+
+    from agentrl.errors import RunError
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    for share in (0.4, 0.3):
+        eval_cfg = EvalConfig(splits=["l0"], episodes=3, max_aborted_share=share, sampling={"max_new_tokens": 4})
+        with EnvPool(HouseholdEnvConfig(max_steps=2), EnvPoolConfig(workers=3)) as pool:
+            sampler = SignalOnCall(HFSampler(load_model(tiny_model_dir), tokenizer), pool, signal.SIGKILL, at=1)
+            if share == 0.3:
+                with pytest.raises(RunError, match="1 of 3 episodes aborted"):
+                    evaluate(pool, sampler, tokenizer, eval_cfg, PromptConfig(template=COMPACT), 0)
+                continue
+            results = evaluate(pool, sampler, tokenizer, eval_cfg, PromptConfig(template=COMPACT), 0)
+            assert (results["l0"]["episodes"], results["l0"]["aborted"]) == (2, 1)

@@ -55,6 +55,9 @@ def test_label_sources_follow_priority_and_selection_is_balanced():
     chosen = balanced_selection(labelled, 30, random.Random(0))
     assert sum(x.label for x in chosen) == sum(not x.label for x in chosen) == 2
     assert balanced_selection([x for x in labelled if x.label], 30, random.Random(0)) == []
+    many = label_steps([traj([f"s{i}" for i in range(12)], progress=[i % 2 == 0 for i in range(12)])], ["env"])
+    draws = {tuple(x.step.action for x in balanced_selection(many, 4, random.Random(seed))) for seed in range(6)}
+    assert len(draws) > 1  # a draw among the 6 good and 6 bad steps, not the first of each kind
 
 
 def test_verdict_parsing_and_voting():
@@ -184,6 +187,24 @@ def test_correction_summarises_the_newest_critiques(tiny_model_dir, tmp_path):
     for step in range(1, 7):
         correction.refresh(step)
     assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [3, 5]
+
+
+def test_a_summary_the_endpoint_fails_to_give_keeps_the_previous_hint(tmp_path):
+    """The endpoint down at a refresh: the hint in use stays (for that step too), the failure is
+    counted and logged."""
+    from types import SimpleNamespace
+
+    from agentrl.gcd.correction import PromptCorrection
+    from agentrl.gcd.loss import CorrectionConfig
+
+    down = ChatEndpoint("http://127.0.0.1:9/v1", "x", None, 5, retries=1, backoff_s=0.01)
+    source = SimpleNamespace(critiques=[("go to a", "it loops")])
+    correction = PromptCorrection(CorrectionConfig(every=1, summarizer="endpoint"), source, None, None, down,
+                                  tmp_path / "correction.jsonl")
+    correction.hint = "Mistakes to avoid:\n- going round in circles"
+    assert correction.refresh(2) == correction.hint == "Mistakes to avoid:\n- going round in circles"
+    assert correction.errors == 1
+    assert "error" in json.loads((tmp_path / "correction.jsonl").read_text())
 
 
 @pytest.fixture(scope="module")

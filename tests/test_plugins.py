@@ -175,3 +175,23 @@ def test_a_plugin_packages_every_module_is_part_of_its_fingerprint(tmp_path, mon
     before = plugin_fingerprints(config)["plugin mypkg"]
     (tmp_path / "mypkg" / "sub" / "estimator.py").write_text("GAMMA = 0.8\n")
     assert plugin_fingerprints(config)["plugin mypkg"] != before
+
+
+def test_an_installed_plugin_packages_version_is_part_of_the_settings(tmp_path, monkeypatch):
+    """A plugin installed as a package (an `agentrl.plugins` entry point) is recorded by name and
+    version: upgrading it changes the settings its phases were made with."""
+    from agentrl.provenance import plugin_fingerprints
+    from agentrl.recipe import validate_config
+
+    def installed(version: str) -> dict:
+        site = tmp_path / version
+        info = site / f"myplug-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: myplug\nVersion: {version}\n")
+        (info / "entry_points.txt").write_text("[agentrl.plugins]\nmyplug = myplug_module\n")
+        with monkeypatch.context() as patch:
+            patch.syspath_prepend(str(site))
+            return plugin_fingerprints(validate_config({}))
+
+    assert installed("1.0")["plugin myplug_module"] == "myplug 1.0"
+    assert installed("1.1")["plugin myplug_module"] == "myplug 1.1"

@@ -264,3 +264,40 @@ def test_replacements_that_die_before_answering_stop_the_run_after_a_worker_that
                 victim.kill()
                 victim.join()
                 assert pool.receive() == {0: None}
+
+
+def test_start_failures_count_in_a_row_and_an_answer_starts_the_count_again():
+    """Twice, START_FAILURES - 1 incarnations die before answering and then one answers: never
+    START_FAILURES in a row, so the run goes on (the 1 s reset keeps any from answering before it
+    is killed)."""
+    from agentrl.envs.latency import LatencyEnvConfig
+    from agentrl.envs.pool import START_FAILURES
+
+    slow = LatencyEnvConfig(inner={"type": "household"}, reset_median_s=1.0, step_median_s=0.0, step_sigma=0.0)
+    with EnvPool(slow, EnvPoolConfig(workers=1, reset_timeout_s=60.0)) as pool:
+        for _ in range(2):
+            for _ in range(START_FAILURES - 1):
+                pool.submit("reset", {0: "train-0"})
+                victim = pool.transport.procs[0]
+                victim.kill()
+                victim.join()
+                assert pool.receive() == {0: None}
+            assert pool.reset({0: "train-0"})[0] is not None
+        assert len(pool.faults) == 2 * (START_FAILURES - 1)
+
+
+def test_a_hung_worker_is_failed_at_its_own_deadline_not_at_a_later_ones():
+    """Two workers hang, one on a step of 1 environment (0.5 s allowed), the other on 4 (2 s): the
+    first is failed and its episode answered at 0.5 s, without waiting for the other's limit."""
+    import time
+
+    from agentrl.envs.latency import LatencyEnvConfig
+
+    hung = LatencyEnvConfig(step_median_s=10.0, step_sigma=0.0)
+    with EnvPool(hung, EnvPoolConfig(workers=2, step_timeout_s=0.5)) as pool:  # slot i in worker i % 2
+        slots = [0, 1, 3, 5, 7]
+        observations = pool.reset({slot: f"train-{slot % 3}" for slot in slots})
+        start = time.monotonic()
+        pool.submit("step", {slot: observations[slot].admissible_actions[0] for slot in slots})
+        assert pool.receive() == {0: None} and time.monotonic() - start < 1.5
+        assert pool.receive() == {slot: None for slot in slots[1:]}

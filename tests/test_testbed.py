@@ -133,6 +133,12 @@ def test_a_wrong_key_is_decisive_and_fails_only_at_the_chest():
     result = env.step("open chest")
     assert result.done and not result.success and result.reward == 0
 
+    env.reset("train-2")  # the chest tried with no key at all: nothing happens, the task goes on
+    while env.room < len(env.corridor.rooms) - 1:
+        env.step(f"go through {env.corridor.rooms[env.room][1]} door")
+    result = env.step("open chest")
+    assert env.key is None and not result.done and not result.success and result.reward == 0
+
 
 def test_the_step_limit_is_horizon_plus_slack():
     env = testbed.TestbedEnv(horizon=4, slack=3, distractors=1)
@@ -210,6 +216,9 @@ def test_the_way_on_is_any_door_and_progress_is_the_fitting_keys_way():
     positions = [doors.index(way) for t in env.split_tasks("train")[:100]
                  for doors, way, _, _ in make_corridor(env.config, t).rooms]
     assert all(positions.count(k) > len(positions) / 5 for k in range(3))
+    keyed = testbed.TestbedEnv(key_choices=3)
+    listed = [c.keys.index(c.goal) for c in (make_corridor(keyed.config, t) for t in keyed.split_tasks("train")[:100])]
+    assert all(listed.count(k) > len(listed) / 5 for k in range(3))  # nor does the fitting key's place
 
     noisy = testbed.TestbedEnv(key_choices=4, expert_key_noise=1.0)
     judged = 0

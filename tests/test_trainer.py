@@ -613,6 +613,26 @@ def test_kl_in_reward_adds_each_actions_kl_to_its_penalty(choice_model_dir, tmp_
             assert [s.advantage for s in steps] == sorted((s.advantage for s in steps), reverse=True)
 
 
+def test_the_kl_reference_is_loaded_in_the_runs_dtype(choice_model_dir, tmp_path):
+    """A bfloat16 run starts with its reference equal to its policy, log-prob for log-prob: a
+    float32 reference would differ from it by bfloat16's rounding, a KL made by the dtype."""
+    import twostep
+
+    from agentrl.forward import response_logprobs
+    from agentrl.packing import TrainSample, collate
+
+    config = twostep.config(tmp_path, kl_coef=0.5)
+    config.model = config.model.model_copy(update={"dtype": "bfloat16"})
+    with RLTrainer(config, str(choice_model_dir), tmp_path) as trainer:
+        prompt = trainer.tokenizer(twostep.first_prompt()).input_ids
+        answer = trainer.tokenizer(twostep.response(twostep.GOOD)).input_ids
+        batch = collate([TrainSample.from_turn(prompt, answer)], trainer.tokenizer.pad_token_id)
+        with torch.no_grad():
+            policy, _ = response_logprobs(trainer.model, batch, 1.0)
+            reference, _ = response_logprobs(trainer.component("ref").reference, batch, 1.0)
+    assert torch.equal(policy, reference)
+
+
 def test_the_kl_reference_under_lora_is_the_frozen_base_model(choice_model_dir, tmp_path):
     """With LoRA there is no second copy: the reference is the policy with its adapters off. The
     KL penalty is measured against the base model as loaded, not against the adapted policy."""
