@@ -37,6 +37,7 @@ def test_expert_data_from_worker_processes_is_the_same_file(tmp_path):
     parallel = collect_expert_data(make_env(short), prompt, 6, tmp_path / "p.jsonl", 3, keep_failed=True,
                                    workers=2, env_config=short)
     assert serial == parallel and serial["examples"] > 0
+    assert serial["successful"] < serial["kept"] == 6  # most lost, all kept
     assert (tmp_path / "s.jsonl").read_bytes() == (tmp_path / "p.jsonl").read_bytes()
 
 

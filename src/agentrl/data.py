@@ -23,8 +23,14 @@ from agentrl.rollout.types import StepSample, Trajectory
 
 def expert_episode(env, task_id: str, prompt, detours: float = 0.0, rng: random.Random | None = None,
                    keep_failed: bool = False) -> list[dict]:
+    """The chat examples of one expert episode (`scored_expert_episode`'s first half)."""
+    return scored_expert_episode(env, task_id, prompt, detours, rng, keep_failed)[0]
+
+
+def scored_expert_episode(env, task_id: str, prompt, detours: float = 0.0, rng: random.Random | None = None,
+                          keep_failed: bool = False) -> tuple[list[dict], bool]:
     """The chat examples of one expert episode, or [] if the expert failed it (or, like ALFWorld's
-    hand-coded agent, found no move) unless `keep_failed`.
+    hand-coded agent, found no move) unless `keep_failed`; and whether the episode succeeded.
 
     With `detours` > 0 (noise injection, as in DART, Laskey et al. 2017) each step executes a
     random admissible action instead of the expert's with that probability; the example still
@@ -43,7 +49,7 @@ def expert_episode(env, task_id: str, prompt, detours: float = 0.0, rng: random.
         try:
             thought, action = env.expert_action()
         except NoExpertMove:
-            return examples if detoured or keep_failed else []
+            return (examples if detoured or keep_failed else []), False
         tag = "think"
         if prompt.expert_tags == "meta":
             tag = "planning" if step == 0 else "explore" if _goes_somewhere_new(action, visited) else "monitor"
@@ -59,8 +65,8 @@ def expert_episode(env, task_id: str, prompt, detours: float = 0.0, rng: random.
         history.append(HistoryEntry(obs.text, action))
         obs = result.observation
         if result.done:
-            return examples if result.success or detoured or keep_failed else []
-    return examples if detoured or keep_failed else []
+            return (examples if result.success or detoured or keep_failed else []), result.success
+    return (examples if detoured or keep_failed else []), False
 
 
 def _goes_somewhere_new(action: str, visited: set[str]) -> bool:
@@ -73,13 +79,13 @@ def _goes_somewhere_new(action: str, visited: set[str]) -> bool:
 
 def expert_episodes(env, tasks: list[str], prompt, detours: float = 0.0, rng: random.Random | None = None,
                     keep_failed: bool = False, workers: int = 0, env_config=None) -> Iterator[list[dict]]:
-    """`expert_episode` of each task, in task order. With `workers` > 1 the episodes are played in
+    """`scored_expert_episode` of each task, in task order. With `workers` > 1 the episodes are played in
     that many processes, each with its own environment made from `env_config`: the same examples,
     sooner (an ALFWorld planner episode is seconds of CPU). Episodes with detours share one random
     stream, so they are always played in order here."""
     if workers <= 1 or detours:
         for task_id in tasks:
-            yield expert_episode(env, task_id, prompt, detours, rng, keep_failed)
+            yield scored_expert_episode(env, task_id, prompt, detours, rng, keep_failed)
         return
     pool = ProcessPoolExecutor(workers, mp.get_context("spawn"), _start_worker, (env_config, prompt, keep_failed))
     try:
@@ -104,8 +110,8 @@ def _start_worker(env_config, prompt, keep_failed: bool) -> None:
     _worker.update(env=env, prompt=prompt, keep_failed=keep_failed)
 
 
-def _worker_episode(task_id: str) -> list[dict]:
-    return expert_episode(_worker["env"], task_id, _worker["prompt"], keep_failed=_worker["keep_failed"])
+def _worker_episode(task_id: str) -> tuple[list[dict], bool]:
+    return scored_expert_episode(_worker["env"], task_id, _worker["prompt"], keep_failed=_worker["keep_failed"])
 
 
 def collect_expert_data(env, prompt, episodes: int, path: str | Path, seed: int,
@@ -113,20 +119,22 @@ def collect_expert_data(env, prompt, episodes: int, path: str | Path, seed: int,
                         workers: int = 0, env_config=None) -> dict:
     """Write the successful expert episodes of `episodes` sampled tasks to `path` (with `detours`
     or `keep_failed`, see `expert_episode`, every episode's examples; `workers`: see
-    `expert_episodes`)."""
+    `expert_episodes`). Counts: the episodes played, those the expert won, those whose examples
+    were kept, and the examples."""
     rng = random.Random(seed)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    kept = steps = 0
+    won = kept = steps = 0
     tasks = sample_tasks(env, split, episodes, rng)
     with path.open("w") as f, task("expert data", episodes) as advance:
-        for examples in expert_episodes(env, tasks, prompt, detours, rng, keep_failed, workers, env_config):
+        for examples, success in expert_episodes(env, tasks, prompt, detours, rng, keep_failed, workers, env_config):
             advance()
+            won += success
             kept += bool(examples)
             steps += len(examples)
             for example in examples:
                 f.write(json.dumps(example) + "\n")
-    return {"episodes": episodes, "successful": kept, "examples": steps}
+    return {"episodes": episodes, "successful": won, "kept": kept, "examples": steps}
 
 
 def read_chat_dataset(path: str | Path) -> list[list[dict]]:

@@ -72,7 +72,7 @@ def environment_corpus(env, prompt, episodes: int, seed: int, workers: int = 0, 
     texts = []
     tasks = [sample_tasks(env, SPLITS[i % len(SPLITS)], 1, rng)[0] for i in range(episodes)]
     with task("init: tokenizer corpus", episodes) as advance:
-        for examples in expert_episodes(env, tasks, prompt, workers=workers, env_config=env_config):
+        for examples, _ in expert_episodes(env, tasks, prompt, workers=workers, env_config=env_config):
             advance()
             for example in examples:
                 texts += [message["content"] for message in example["messages"][-2:]]
