@@ -87,9 +87,9 @@ MUTANTS = [
            ["test_prompting.py"]),
     Mutant("expert data history: a move shown with the observation it led to", "src/agentrl/data.py",
            "history.append(HistoryEntry(obs.text, action))\n        obs = result.observation\n        if result.done:\n"
-           "            return examples if result.success",
+           "            return (examples if result.success",
            "history.append(HistoryEntry(result.observation.text, action))\n        obs = result.observation\n"
-           "        if result.done:\n            return examples if result.success", ["test_prompting.py"]),
+           "        if result.done:\n            return (examples if result.success", ["test_prompting.py"]),
     Mutant("differing groups: a group with an aborted episode counts", "src/agentrl/rollout/types.py",
            "if not any(t.aborted for t in group) and max(returns)", "if max(returns)", ["test_trainer.py"]),
     Mutant("dagger: a full-history label's context holds its own step", "src/agentrl/dagger.py",
@@ -512,8 +512,8 @@ MUTANTS = [
     Mutant("sft data: detours are ignored", "src/agentrl/data.py",
            "if detours and rng.random() < detours:", "if False:", ["test_sft.py"]),
     Mutant("sft data: a failed episode dropped despite keep_failed", "src/agentrl/data.py",
-           "return examples if result.success or detoured or keep_failed else []",
-           "return examples if result.success or detoured else []", TESTBED),
+           "return (examples if result.success or detoured or keep_failed else [])",
+           "return (examples if result.success or detoured else [])", TESTBED),
     Mutant("sft data: worker processes play the tasks in reverse order", "src/agentrl/data.py",
            "yield from pool.map(_worker_episode, tasks)", "yield from pool.map(_worker_episode, tasks[::-1])",
            ["test_sft.py"]),
