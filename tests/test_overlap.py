@@ -1,5 +1,6 @@
 """rl.overlap: the sampler in its own process, up to k updates ahead of the trainer."""
 
+import importlib.util
 import multiprocessing
 import signal
 import subprocess
@@ -78,7 +79,7 @@ def test_the_trainer_starts_no_environments_while_the_sampler_process_plays_them
     config = small_config(tmp_path, 1, overlap={"staleness": 1}, env_pool={"workers": 1})
     with RLTrainer(config, str(tiny_model_dir), tmp_path) as trainer:
         trainer.train_step()
-        assert [p.pid for p in multiprocessing.active_children()] == [trainer.ahead.process.pid]
+        assert [p.pid for p in multiprocessing.active_children()] == [trainer.ahead.link.process.pid]
 
 
 def logprobs(model, prompt, response):
@@ -88,12 +89,27 @@ def logprobs(model, prompt, response):
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(response)[:, None])[:, 0]
 
 
-@pytest.fixture
-def ahead(tiny_model_dir, tmp_path):
-    config = small_config(tmp_path, 4, overlap={"staleness": 1})
+NO_RAY = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed")
+
+
+@pytest.fixture(params=["process", pytest.param("ray", marks=NO_RAY)])
+def ahead(request, tiny_model_dir, tmp_path):
+    """The trainer's end of a k = 1 sampler, in a process of its own or a Ray actor."""
+    config = small_config(tmp_path, 4, overlap={"staleness": 1, "backend": request.param})
     process = Ahead(config, str(tiny_model_dir))
     yield process, load_model(str(tiny_model_dir), "float32")
     process.close()
+
+
+@pytest.mark.parametrize("backend", ["process", pytest.param("ray", marks=NO_RAY)])
+def test_a_sampler_that_cannot_start_stops_the_run_with_its_cause(tmp_path, backend):
+    ahead = Ahead(small_config(tmp_path, 2, overlap={"staleness": 1, "backend": backend}), str(tmp_path / "no-model"))
+    try:
+        ahead.start(0, [("w", torch.zeros(2))], lambda step: "")
+        with pytest.raises(RunError, match=r"the sampler \(rl.overlap\), RL step 1: \w+Error: .*no-model"):
+            ahead.take(1, {})
+    finally:
+        ahead.close()
 
 
 def test_a_step_sampled_more_than_k_updates_behind_stops_the_run(ahead):
@@ -101,7 +117,7 @@ def test_a_step_sampled_more_than_k_updates_behind_stops_the_run(ahead):
     process.start(0, model.named_parameters(), lambda step: "")
     process.take(1, {})
     process.take(2, {})
-    process.requests.put(("play", 3, ""))  # asked for without pushing update 1's weights first
+    process.link.send(("play", 3, ""))  # asked for without pushing update 1's weights first
     with pytest.raises(RunError, match="more than rl.overlap.staleness = 1 updates behind"):
         process.take(3, {})
 
@@ -114,8 +130,8 @@ def test_weights_that_are_not_the_version_they_claim_stop_the_run(ahead):
     recorded = {name: p.detach().clone() for name, p in model.named_parameters()}
     process.fingerprints[1] = fingerprint(recorded.items())
     sent = {name: p + 0.01 for name, p in recorded.items()}  # what arrived is not what was recorded
-    process.requests.put(("weights", 1, sent))
-    process.requests.put(("play", 3, ""))
+    process.link.send(("weights", 1, sent))
+    process.link.send(("play", 3, ""))
     with pytest.raises(RunError, match="not those of update 1: a weight push did not arrive"):
         process.take(3, {})
 
@@ -153,8 +169,8 @@ took = A.Ahead.take
 def take(self, step, timing):
     played = took(self, step, timing)
     if step == 3:  # step 2's checkpoint is saved; step 4 is asked for, after update 2's weights
-        self.results.get(timeout=300)  # step 4 played: the sampler has read every request and waits
-        Path({pid_file!r}).write_text(str(self.process.pid))
+        self.link.results.get(timeout=300)  # step 4 played: the sampler has read every request and waits
+        Path({pid_file!r}).write_text(str(self.link.process.pid))
         os.kill(os.getpid(), signal.SIGKILL)
     return played
 A.Ahead.take = take

@@ -126,3 +126,60 @@ def test_a_training_step_on_ray_actors_survives_a_killed_actor(cluster, tiny_mod
         assert len(trainer.pool.faults) == 1
         metrics = trainer.train_step()  # the replacement serves the next step
         assert metrics["rollout/aborted"] == 0
+
+
+# --- the sampler as a Ray actor (rl.overlap.backend: ray) ------------------------------------------
+
+def test_the_sampler_as_a_ray_actor_trains_what_the_sampler_process_trains_and_leaves_nothing(tiny_model_dir, tmp_path):
+    """k = 0: the same `SamplerSide` answering the same messages in the same order, so the run's
+    samples, metrics and final weights are the process backend's, bit for bit (both on one torch
+    thread); the cluster the run started is stopped after it."""
+    import torch
+    from safetensors.torch import load_file
+    from test_trainer import run, strip_timing
+
+    from agentrl.checkpoint import list_checkpoints
+    from agentrl.rollout.records import read_trajectories
+    from agentrl.tracking import read_metrics
+
+    before = set(ray_processes())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for backend in ("process", "ray"):
+            overlap = {"staleness": 0, "backend": backend, "ray": {"num_cpus": 0.5}}
+            run(small_config(tmp_path / backend, 3, overlap=overlap), tiny_model_dir)
+    finally:
+        torch.set_num_threads(threads)
+    assert not ray.is_initialized()
+    assert_nothing_left(before)
+    weights = [load_file(list_checkpoints(tmp_path / b)[-1] / "model" / "model.safetensors") for b in ("process", "ray")]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+    rows = [strip_timing(read_metrics(tmp_path / b / "logs" / "metrics.jsonl")) for b in ("process", "ray")]
+    assert rows[0] == rows[1] and len(rows[0]) == 3
+    played = [[(t.version, [s.response_ids for s in t.steps]) for path in sorted((tmp_path / b / "rollouts").glob("step_*"))
+               for t in read_trajectories(path)] for b in ("process", "ray")]
+    assert played[0] == played[1] and {version for version, _ in played[1]} == {0, 1, 2}
+
+
+def test_a_dead_sampler_actor_stops_the_run_at_the_step_it_owed(tiny_model_dir, tmp_path):
+    from agentrl.errors import RunError
+    from agentrl.models import load_model
+    from agentrl.recipe import validate_config
+    from agentrl.rollout.ahead import Ahead
+
+    before = set(ray_processes())
+    ahead = Ahead(small_config(tmp_path, 4, overlap={"staleness": 1, "backend": "ray"}), str(tiny_model_dir))
+    try:
+        pid = ray.get(ahead.link.actor.__ray_call__.remote(lambda self: os.getpid()))
+        os.kill(pid, signal.SIGKILL)
+        ahead.start(0, load_model(str(tiny_model_dir), "float32").named_parameters(), lambda step: "")
+        with pytest.raises(RunError, match="the sampler actor .rl.overlap. died before playing RL step 1"):
+            ahead.take(1, {})
+    finally:
+        ahead.close()
+    assert not ray.is_initialized()
+    assert_nothing_left(before)
+    with pytest.raises(ValueError, match="set rl.overlap.ray.num_gpus"):
+        validate_config({"rl": {"overlap": {"backend": "ray", "sampler_gpu": 1}}})

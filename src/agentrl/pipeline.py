@@ -49,7 +49,8 @@ PIPELINE_WAIT = timedelta(hours=24)
 """How long the other ranks wait for rank 0's phases before RL (init, evaluations, expert data, SFT)."""
 RL_CONTINUABLE = ("rl.steps", "rl.eval_every", "rl.save_every", "rl.keep_last", "rl.env_pool",
                   "rl.max_aborted_share", "rl.max_skipped_updates",
-                  "rl.check_logprobs_every", "rl.save_rollouts", "rl.log_samples")
+                  "rl.check_logprobs_every", "rl.save_rollouts", "rl.log_samples",
+                  "rl.overlap.backend", "rl.overlap.ray")
 """RL settings that do not change what the steps already taken did."""
 SFT_CONTINUABLE = ("sft.save_every",)
 """SFT settings that do not change what the steps taken did."""

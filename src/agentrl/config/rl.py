@@ -75,9 +75,20 @@ class RolloutConfig(Section):
     those left out, rollout/draws the rounds."""
 
 
+class SamplerRayConfig(Section):
+    address: str | None = None
+    """The Ray cluster (`ray.init(address=...)`); None: $RAY_ADDRESS, else a local cluster started
+    for the run (and stopped after it)."""
+    num_cpus: float = Field(1.0, ge=0)
+    """CPUs Ray reserves for the sampler actor (its environment workers are its own processes, or
+    Ray actors of their own with `rl.env_pool.backend: ray`)."""
+    num_gpus: float = Field(0.0, ge=0)
+    """GPUs Ray reserves for the sampler actor (it generates on the first one it is given)."""
+
+
 class OverlapConfig(Section):
-    """The sampler in a process of its own, playing the next steps' episodes while the trainer
-    updates (`agentrl.rollout.ahead`): step t's samples come from the weights of update t - 1 - k
+    """The sampler in a process of its own (or a Ray actor), playing the next steps' episodes while
+    the trainer updates (`agentrl.rollout.ahead`): step t's samples come from the weights of update t - 1 - k
     or later, pushed after each update. Each sample records the version that sampled it; one older
     than `staleness` updates, or weights that are not the version they claim, stop the run. With
     k >= 1 the samples are off-policy by up to k updates: `rl.old_logprobs: actor` with `rl.tis_cap`
@@ -96,6 +107,19 @@ class OverlapConfig(Section):
     sampler_gpu: int | None = Field(None, ge=0)
     """The GPU the sampler process generates on (None: the trainer's own). The weights travel
     through host memory."""
+    backend: Literal["process", "ray"] = "process"
+    """process: the sampler in a local process; ray: a Ray actor, placed by Ray on any node of the
+    cluster with the resources `ray` asks for (`pip install 'agentrl[ray]'`). The same sampler code
+    and messages either way; the weights travel through Ray's object store."""
+    ray: SamplerRayConfig = Field(default_factory=SamplerRayConfig)
+    """Cluster and resources of the ray backend's sampler actor."""
+
+    @model_validator(mode="after")
+    def _gpu_by_backend(self):
+        if self.backend == "ray" and self.sampler_gpu is not None:
+            raise ValueError("rl.overlap.sampler_gpu picks a local GPU for the process backend; with backend: ray "
+                             "Ray places the sampler: set rl.overlap.ray.num_gpus")
+        return self
 
 
 class RLConfig(Section):

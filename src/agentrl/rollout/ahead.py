@@ -9,8 +9,11 @@ a fingerprint of the weights it actually held. The trainer refuses a step whose 
 than k updates, or whose weights are not the version they claim (a push that was lost), so both
 faults stop the run instead of training on what nobody asked for.
 
-Messages between the two processes are Python objects on `multiprocessing` queues (the weights as
-shared-memory tensors): both ends are this code, nothing is read from outside.
+The sampler runs as a local process (`rl.overlap.backend: process`; messages are Python objects on
+`multiprocessing` queues, the weights shared-memory tensors) or as a Ray actor anywhere on a Ray
+cluster (`backend: ray`; each message an actor call, the weights in Ray's object store). Either
+way it is the same `SamplerSide` taking the same messages in the order sent: both ends are this
+code, nothing is read from outside.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ import queue
 import signal
 import sys
 import time
+from collections import deque
 
 import torch
 
+from agentrl.config import ConfigError
 from agentrl.errors import RunError
 
 POLL_S = 1.0
@@ -44,38 +49,34 @@ def fingerprint(weights) -> str:
 
 
 class Ahead:
-    """The trainer's end: starts the sampler process, pushes weights, asks for steps, takes them."""
+    """The trainer's end: starts the sampler, pushes weights, asks for steps, takes them."""
 
     def __init__(self, config, model_path: str):
         self.rl = config.rl
         self.k = self.rl.overlap.staleness
         threads = self.rl.overlap.sampler_threads or torch.get_num_threads()
-        context = multiprocessing.get_context("spawn")
-        self.requests, self.results = context.Queue(), context.Queue()
+        link = RayLink if self.rl.overlap.backend == "ray" else ProcessLink
+        self.link = link(config, model_path, threads)
         self.fingerprints: dict[int, str] = {}
-        self.process = context.Process(
-            target=serve, name="agentrl-sampler",
-            args=(config.model_dump(mode="json"), model_path, threads, self.requests, self.results, os.getpid()))
-        self.process.start()
 
     def start(self, last_step: int, weights, hint) -> None:
         """The sampler takes version `last_step` and plays the steps after it up to k + 1 ahead;
         `hint(step)`: what the components add to that step's prompts."""
         self.push(last_step, weights)
         for step in range(last_step + 1, min(last_step + 1 + self.k, self.rl.steps) + 1):
-            self.requests.put(("play", step, hint(step)))
+            self.link.send(("play", step, hint(step)))
 
     def push(self, version: int, weights) -> None:
         """Weights after `version` updates, to sample every step asked for from now on."""
         copy = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}  # shared memory on its way
         self.fingerprints[version] = fingerprint(copy.items())
-        self.requests.put(("weights", version, copy))
+        self.link.send(("weights", version, copy))
 
     def after_update(self, step: int, weights, hint) -> None:
         """Update `step` is done: its weights pushed, step + 1 + k asked for."""
         self.push(step, weights)
         if step + 1 + self.k <= self.rl.steps:
-            self.requests.put(("play", step + 1 + self.k, hint(step + 1 + self.k)))
+            self.link.send(("play", step + 1 + self.k, hint(step + 1 + self.k)))
         for old in [v for v in self.fingerprints if v < step - self.k]:
             del self.fingerprints[old]
 
@@ -84,20 +85,13 @@ class Ahead:
         sampler's timings join `timing` (its idle time before the step as `sampler_idle`, the
         trainer's wait as `wait_rollouts`)."""
         started = time.perf_counter()
-        while True:
-            try:
-                message = self.results.get(timeout=POLL_S)
-                break
-            except queue.Empty:
-                if not self.process.is_alive():
-                    raise RunError(f"the sampler process (rl.overlap) died with exit code {self.process.exitcode} "
-                                   f"before playing RL step {step}") from None
+        message = self.link.receive(step)
         timing["wait_rollouts"] = time.perf_counter() - started
         if message[0] == "error":
-            raise RunError(f"the sampler process (rl.overlap), RL step {step}: {message[1]}")
+            raise RunError(f"the sampler (rl.overlap), RL step {step}: {message[1]}")
         _, played, version, held, trajectories, draws, sampler_timing = message
         if played != step:
-            raise RunError(f"the sampler process played RL step {played} where step {step} was due")
+            raise RunError(f"the sampler played RL step {played} where step {step} was due")
         if not 0 <= step - 1 - version <= self.k:
             raise RunError(f"RL step {step} was sampled by the weights of update {version}, more than "
                            f"rl.overlap.staleness = {self.k} updates behind")
@@ -107,6 +101,97 @@ class Ahead:
         for key, seconds in sampler_timing.items():
             timing[key] = timing.get(key, 0.0) + seconds
         return trajectories, draws
+
+    def close(self) -> None:
+        self.link.close()
+
+
+class SamplerSide:
+    """The sampler's end, in a process of its own or a Ray actor: its own policy copy, sampler and
+    environment pool, on `threads` torch threads. `handle` takes the trainer's messages in the order
+    sent: weights to sample with from now on, and steps to play with the weights last received.
+    What fails (here, or when a step is played) is answered to the next step asked for."""
+
+    def __init__(self, config_data: dict, model_path: str, threads: int):
+        from agentrl.envs.pool import EnvPool
+        from agentrl.models import load_policy, load_tokenizer
+        from agentrl.recipe import validate_config
+        from agentrl.registry import SAMPLERS
+
+        self.pool, self.failed, self.version, self.idle = None, None, None, 0.0
+        try:
+            self.config = config = validate_config(config_data)
+            torch.set_num_threads(threads)
+            if config.rl.overlap.sampler_gpu is not None:
+                os.environ["LOCAL_RANK"] = str(config.rl.overlap.sampler_gpu)  # the device `agentrl.distributed.device` gives
+            self.tokenizer = load_tokenizer(model_path)
+            self.model = load_policy(config, model_path)
+            self.sampler = SAMPLERS.get(config.rl.sampler.type)(config.rl.sampler, model_path, lambda: self.model,
+                                                                self.tokenizer, config)
+            self.pool = EnvPool(config.rl_env(), config.rl.env_pool)
+        except Exception as err:  # the trainer raises it as the first step's error
+            self.failed = f"{type(err).__name__}: {err}"
+        self.idle_since = time.perf_counter()
+
+    def handle(self, message: tuple) -> tuple | None:
+        """('weights', version, weights): None once loaded; ('play', step, hint): the played step
+        (or the error that stopped it)."""
+        from agentrl.rollout.collect import play_step
+
+        self.idle += time.perf_counter() - self.idle_since
+        try:
+            if message[0] == "weights":
+                if self.failed is None:
+                    _, self.version, weights = message
+                    self.sampler.sleep()
+                    self.sampler.update_weights(weights.items())
+                return None
+            if self.failed is not None:
+                return ("error", self.failed)
+            _, step, hint = message
+            timing = {"sampler_idle": self.idle}
+            try:
+                trajectories, draws = play_step(self.pool, self.sampler, self.tokenizer, self.config, step, hint,
+                                                timing=timing)
+            except Exception as err:
+                self.failed = f"{type(err).__name__}: {err}"
+                return ("error", self.failed)
+            for t in trajectories:
+                t.version = self.version
+            self.idle = 0.0
+            return ("played", step, self.version, fingerprint(self.model.named_parameters()), trajectories, draws,
+                    timing)
+        finally:
+            self.idle_since = time.perf_counter()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+
+
+class ProcessLink:
+    """The sampler in a local process (`serve`), on `multiprocessing` queues."""
+
+    def __init__(self, config, model_path: str, threads: int):
+        context = multiprocessing.get_context("spawn")
+        self.requests, self.results = context.Queue(), context.Queue()
+        self.process = context.Process(
+            target=serve, name="agentrl-sampler",
+            args=(config.model_dump(mode="json"), model_path, threads, self.requests, self.results, os.getpid()))
+        self.process.start()
+
+    def send(self, message: tuple) -> None:
+        self.requests.put(message)
+
+    def receive(self, step: int) -> tuple:
+        while True:
+            try:
+                return self.results.get(timeout=POLL_S)
+            except queue.Empty:
+                if not self.process.is_alive():
+                    raise RunError(f"the sampler process (rl.overlap) died with exit code {self.process.exitcode} "
+                                   f"before playing RL step {step}") from None
 
     def close(self) -> None:
         if self.process.is_alive():
@@ -120,53 +205,18 @@ class Ahead:
 
 
 def serve(config_data: dict, model_path: str, threads: int, requests, results, parent: int) -> None:
-    """The sampler process: its own policy copy, sampler and environment pool, on `threads` torch
-    threads; plays the steps it is asked for with the weights it last received. Ctrl-C is the
+    """The sampler process: a `SamplerSide` answering the requests in order. Ctrl-C is the
     trainer's to handle (it stops this process); it leaves by itself when the trainer is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the pool's workers closed on the way out
-    from agentrl.envs.pool import EnvPool
-    from agentrl.models import load_tokenizer
-    from agentrl.recipe import validate_config
-    from agentrl.registry import SAMPLERS
-    from agentrl.models import load_policy
-    from agentrl.rollout.collect import play_step
-
-    config = validate_config(config_data)
-    overlap = config.rl.overlap
-    torch.set_num_threads(threads)
-    if overlap.sampler_gpu is not None:
-        os.environ["LOCAL_RANK"] = str(overlap.sampler_gpu)  # the device `agentrl.distributed.device` gives
-    pool = None
+    side = SamplerSide(config_data, model_path, threads)
     try:
-        tokenizer = load_tokenizer(model_path)
-        model = load_policy(config, model_path)
-        sampler = SAMPLERS.get(config.rl.sampler.type)(config.rl.sampler, model_path, lambda: model, tokenizer, config)
-        pool = EnvPool(config.rl_env(), config.rl.env_pool)
-        version, idle = None, 0.0
-        while True:
-            waited = time.perf_counter()
-            message = _next(requests, parent)
-            idle += time.perf_counter() - waited
-            if message is None or message[0] == "stop":
-                return
-            if message[0] == "weights":
-                _, version, weights = message
-                sampler.sleep()
-                sampler.update_weights(weights.items())
-                continue
-            _, step, hint = message
-            timing = {"sampler_idle": idle}
-            trajectories, draws = play_step(pool, sampler, tokenizer, config, step, hint, timing=timing)
-            for t in trajectories:
-                t.version = version
-            results.put(("played", step, version, fingerprint(model.named_parameters()), trajectories, draws, timing))
-            idle = 0.0
-    except Exception as err:  # the trainer raises it as the step's error
-        results.put(("error", f"{type(err).__name__}: {err}"))
+        while (message := _next(requests, parent)) is not None and message[0] != "stop":
+            answer = side.handle(message)
+            if answer is not None:
+                results.put(answer)
     finally:
-        if pool is not None:
-            pool.close()
+        side.close()
 
 
 def _next(requests, parent: int):
@@ -177,3 +227,44 @@ def _next(requests, parent: int):
         except queue.Empty:
             if os.getppid() != parent:
                 return None
+
+
+class RayLink:
+    """The sampler as a Ray actor (`ray.init(address=...)` from `rl.overlap.ray` or RAY_ADDRESS; a
+    local cluster when neither is given, shut down again at close). Calls from one caller to an
+    actor run in the order made, so the messages keep their order; a dead actor is reported when
+    its next answer is due."""
+
+    def __init__(self, config, model_path: str, threads: int):
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("rl.overlap.backend: ray needs Ray: pip install 'agentrl[ray]'") from None
+        cfg = config.rl.overlap.ray
+        self.ray, self.answers = ray, deque()
+        self.owns_cluster = not ray.is_initialized()
+        if self.owns_cluster:
+            ray.init(address=cfg.address, include_dashboard=False)
+        actor = ray.remote(num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus, max_restarts=0)(SamplerSide)
+        self.actor = actor.remote(config.model_dump(mode="json"), model_path, threads)
+
+    def send(self, message: tuple) -> None:
+        answer = self.actor.handle.remote(message)
+        if message[0] == "play":
+            self.answers.append(answer)
+
+    def receive(self, step: int) -> tuple:
+        try:
+            return self.ray.get(self.answers.popleft())
+        except self.ray.exceptions.RayActorError as err:
+            cause = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise RunError(f"the sampler actor (rl.overlap) died before playing RL step {step}: {cause}") from None
+
+    def close(self) -> None:
+        try:
+            self.ray.get(self.actor.close.remote(), timeout=30)
+        except self.ray.exceptions.RayError:
+            pass
+        self.ray.kill(self.actor, no_restart=True)
+        if self.owns_cluster:
+            self.ray.shutdown()
