@@ -29,8 +29,8 @@ def ray_processes() -> list[int]:
     return processes(lambda cmdline: any(marker in cmdline for marker in markers))
 
 
-def assert_nothing_left(before: set[int]) -> None:
-    deadline = time.monotonic() + 30
+def assert_nothing_left(before: set[int], within_s: float = 30) -> None:
+    deadline = time.monotonic() + within_s
     while set(ray_processes()) - before and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not set(ray_processes()) - before, "Ray processes left running"
@@ -183,3 +183,37 @@ def test_a_dead_sampler_actor_stops_the_run_at_the_step_it_owed(tiny_model_dir, 
     assert_nothing_left(before)
     with pytest.raises(ValueError, match="set rl.overlap.ray.num_gpus"):
         validate_config({"rl": {"overlap": {"backend": "ray", "sampler_gpu": 1}}})
+
+
+KILLED_AT_STEP_2 = """
+import os, signal, sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_trainer import small_config
+from agentrl import trainer as T
+from agentrl.rollout import ahead as A
+
+took = A.Ahead.take
+def take(self, step, timing):
+    played = took(self, step, timing)
+    if step == 2:  # the sampler actor is playing step 3
+        os.kill(os.getpid(), signal.SIGKILL)
+    return played
+A.Ahead.take = take
+T.RLTrainer(small_config({run_dir!r}, 4, overlap={{"staleness": 1, "backend": "ray"}}), {model!r}, Path({run_dir!r})).run()
+"""
+
+
+def test_a_trainer_killed_beside_its_ray_sampler_leaves_no_ray_process(tiny_model_dir, tmp_path):
+    """SIGKILL of the trainer mid-run: the local cluster it started, the sampler actor among its
+    workers, goes with it (Ray's agents notice their raylet is gone within about a minute)."""
+    import subprocess
+    import sys
+
+    before = set(ray_processes())
+    script = KILLED_AT_STEP_2.format(tests=str(Path(__file__).parent), run_dir=str(tmp_path / "run"),
+                                     model=str(tiny_model_dir))
+    with (tmp_path / "output.txt").open("w") as output:  # not a pipe: Ray's processes would hold it open
+        killed = subprocess.run([sys.executable, "-c", script], stdout=output, stderr=output, timeout=600)
+    assert killed.returncode == -signal.SIGKILL, (tmp_path / "output.txt").read_text()[-2000:]
+    assert_nothing_left(before, within_s=180)
