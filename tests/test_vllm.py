@@ -161,3 +161,37 @@ def test_async_rollouts_stream_requests_into_the_engine(tiny_model_dir):
     expected = actor_logprobs(model, [s.prompt_ids + s.response_ids for s in steps], [len(s.prompt_ids) for s in steps])
     for step, ref in zip(steps, expected):
         torch.testing.assert_close(torch.tensor(step.logprobs), torch.tensor(ref), atol=1e-4, rtol=0)
+
+
+def test_vllm_in_the_sampler_process_samples_each_step_with_the_weights_it_records(tiny_model_dir, tmp_path):
+    """rl.overlap with the vLLM sampler: the engine runs in the sampler process and takes every
+    pushed update. k = 0 samples what the in-process vLLM run samples and ends on its weights; at
+    k = 1 step s is sampled by update s - 2's weights, and the sampled tokens' recorded log-probs
+    are those weights' own, not the newest."""
+    from test_overlap import final_weights, logprobs, versions
+
+    from agentrl.trainer import RLTrainer
+
+    vllm = {"sampler": {"type": "vllm"}}
+    run(small_config(tmp_path / "here", 3, **vllm), tiny_model_dir)
+    run(small_config(tmp_path / "k0", 3, overlap={"staleness": 0}, **vllm), tiny_model_dir)
+    here, k0 = final_weights(tmp_path / "here"), final_weights(tmp_path / "k0")
+    assert all(torch.allclose(here[name], k0[name], atol=1e-6) for name in here)
+    played = [[[s.response_ids for s in t.steps] for t in trajectories(tmp_path / name)] for name in ("here", "k0")]
+    assert played[0] == played[1] and versions(tmp_path / "k0", 3) == [[0], [1], [2]]
+
+    config = small_config(tmp_path / "k1", 3, overlap={"staleness": 1}, keep_last=3, **vllm)
+    with RLTrainer(config, str(tiny_model_dir), tmp_path / "k1") as trainer:
+        trainer.run()
+    assert versions(tmp_path / "k1", 3) == [[0], [0], [1]]
+    update_1 = load_model(str(list_checkpoints(tmp_path / "k1")[0] / "model"), "float32")
+    for model, same in ((update_1, True), (trainer.model, False)):
+        close = [torch.allclose(logprobs(model, s.prompt_ids, s.response_ids), torch.tensor(s.logprobs), atol=1e-4)
+                 for t in trainer.trajectories for s in t.steps]
+        assert all(close) if same else not any(close)
+
+
+def trajectories(run_dir):
+    from agentrl.rollout.records import read_trajectories
+
+    return [t for path in sorted((run_dir / "rollouts").glob("step_*")) for t in read_trajectories(path)]

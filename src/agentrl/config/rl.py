@@ -217,9 +217,9 @@ class RLConfig(Section):
     rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig())
     """How the rollout loop interleaves generation and environment steps."""
     overlap: OverlapConfig | None = None
-    """Generation and training overlapped: the sampler in its own process, up to `staleness`
-    updates ahead (None: one after the other in the trainer's process). Needs actor.backend:
-    single and sampler.type: hf."""
+    """Generation and training overlapped: the sampler in its own process (or a Ray actor), up to
+    `staleness` updates ahead (None: one after the other in the trainer's process). Needs
+    actor.backend: single."""
     max_aborted_share: float = Field(0.5, ge=0, le=1)
     """A step in which more than this share of the episodes (over all ranks) aborted stops the
     run with an error naming the workers' faults."""
@@ -251,9 +251,9 @@ class RLConfig(Section):
 
     @model_validator(mode="after")
     def _overlap_supports(self):
-        if self.overlap is not None and (self.actor.backend != "single" or self.sampler.type != "hf"):
-            raise ValueError("rl.overlap runs the HF sampler beside a single-process actor for now: it needs "
-                             "rl.actor.backend: single and rl.sampler.type: hf")
+        if self.overlap is not None and self.actor.backend != "single":
+            raise ValueError("rl.overlap runs the sampler beside a single-process actor for now: it needs "
+                             "rl.actor.backend: single")
         return self
 
     @model_validator(mode="after")

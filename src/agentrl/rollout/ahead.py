@@ -125,9 +125,11 @@ class SamplerSide:
             if config.rl.overlap.sampler_gpu is not None:
                 os.environ["LOCAL_RANK"] = str(config.rl.overlap.sampler_gpu)  # the device `agentrl.distributed.device` gives
             self.tokenizer = load_tokenizer(model_path)
-            self.model = load_policy(config, model_path)
+            # HF generates with a policy copy here; vLLM's engine holds its own weights
+            self.model = load_policy(config, model_path) if config.rl.sampler.type == "hf" else None
             self.sampler = SAMPLERS.get(config.rl.sampler.type)(config.rl.sampler, model_path, lambda: self.model,
                                                                 self.tokenizer, config)
+            self.loaded = None
             self.pool = EnvPool(config.rl_env(), config.rl.env_pool)
         except Exception as err:  # the trainer raises it as the first step's error
             self.failed = f"{type(err).__name__}: {err}"
@@ -145,6 +147,8 @@ class SamplerSide:
                     _, self.version, weights = message
                     self.sampler.sleep()
                     self.sampler.update_weights(weights.items())
+                    if self.model is None:
+                        self.loaded = fingerprint(weights.items())
                 return None
             if self.failed is not None:
                 return ("error", self.failed)
@@ -159,10 +163,14 @@ class SamplerSide:
             for t in trajectories:
                 t.version = self.version
             self.idle = 0.0
-            return ("played", step, self.version, fingerprint(self.model.named_parameters()), trajectories, draws,
-                    timing)
+            return ("played", step, self.version, self.held(), trajectories, draws, timing)
         finally:
             self.idle_since = time.perf_counter()
+
+    def held(self) -> str:
+        """The fingerprint of the weights that sampled: the HF policy copy's own; for an engine
+        that holds its weights in its own layout (vLLM), those it last loaded."""
+        return fingerprint(self.model.named_parameters()) if self.model is not None else self.loaded
 
     def close(self) -> None:
         if self.pool is not None:
