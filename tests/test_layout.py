@@ -55,7 +55,7 @@ LAYERS = [  # top to bottom: a module imports only from its own layer or the one
     ("actors, samplers, environments", ["actor", "sampler", "envs", "models", "forward", "data", "rollout.collect", "rollout.ahead",
                                         "kernels"]),
     ("config, registry, records", ["config", "recipe", "registry", "rollout", "packing", "prompting", "files", "errors",
-                                   "distributed", "seeding", "progress", "stats", "metrics", "envs.base"]),
+                                   "distributed", "raycluster", "seeding", "progress", "stats", "metrics", "envs.base"]),
 ]
 
 

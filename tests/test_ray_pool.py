@@ -5,6 +5,7 @@ running afterwards."""
 
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -13,9 +14,11 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from conftest import processes  # noqa: E402
+from test_failures import with_, write  # noqa: E402
 from test_pool import play  # noqa: E402
 from test_trainer import small_config  # noqa: E402
 
+from agentrl.cli import main  # noqa: E402
 from agentrl.config import ConfigError, EnvPoolConfig  # noqa: E402
 from agentrl.envs.household.env import HouseholdEnvConfig
 from agentrl.envs.latency import LatencyEnvConfig
@@ -94,6 +97,37 @@ def test_an_actor_killed_or_hung_mid_step_aborts_exactly_its_episodes(cluster):
 def test_ray_workers_that_do_not_fit_the_local_cluster_are_refused(cluster):
     with pytest.raises(ConfigError, match="rl.env_pool.ray.num_cpus: 3 workers x 1 CPUs do not fit"):
         EnvPool(HouseholdEnvConfig(), EnvPoolConfig(backend="ray", workers=3))
+
+
+def closed_port() -> int:
+    """A local port that nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("section", ["env_pool", "overlap"])
+def test_a_ray_address_nothing_answers_at_exits_2_at_once_naming_it(tmp_path, capsys, monkeypatch, tiny_model_dir,
+                                                                    section):
+    """Ray alone waits minutes for a cluster that is not there and then raises with a traceback: a
+    wrong address (the recipe's or RAY_ADDRESS) is refused at once, with one line naming it."""
+    before = set(ray_processes())
+    address = f"127.0.0.1:{closed_port()}"
+    cases = [(address, None, f"rl.{section}.ray.address: no Ray cluster answers at {address}"),
+             (None, address, f"RAY_ADDRESS: no Ray cluster answers at {address}"),
+             ("garbage", None, f"rl.{section}.ray.address: 'garbage' is not host:port")]
+    for given, ray_address, message in cases:
+        settings = {"backend": "ray", "ray": {"address": given}}
+        settings.update({"workers": 1} if section == "env_pool" else {"staleness": 1})
+        recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run"), **{f"rl__{section}": settings}))
+        monkeypatch.setenv("RAY_ADDRESS", ray_address) if ray_address else monkeypatch.delenv("RAY_ADDRESS", False)
+        start = time.monotonic()
+        assert main(["train", recipe, "--model", str(tiny_model_dir)]) == 2, message
+        err = capsys.readouterr().err.strip()
+        assert message in err and "Traceback" not in err and len(err.splitlines()) == 1, err
+        assert time.monotonic() - start < 60
+        assert not ray.is_initialized()
+    assert_nothing_left(before)
 
 
 class KillsActorOnCall:

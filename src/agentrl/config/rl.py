@@ -23,7 +23,7 @@ from agentrl.registry import (
 class RaySectionConfig(Section):
     address: str | None = None
     """The Ray cluster (`ray.init(address=...)`); None: $RAY_ADDRESS, else a local cluster started
-    for the run (and stopped after it)."""
+    for the run (and stopped after it). One nothing answers at is refused at start (exit 2)."""
     num_cpus: float = Field(1.0, ge=0)
     """CPUs Ray reserves for each environment worker (ScienceWorld's JVM uses about one)."""
     memory_gib: float | None = Field(None, gt=0)
@@ -78,7 +78,7 @@ class RolloutConfig(Section):
 class SamplerRayConfig(Section):
     address: str | None = None
     """The Ray cluster (`ray.init(address=...)`); None: $RAY_ADDRESS, else a local cluster started
-    for the run (and stopped after it)."""
+    for the run (and stopped after it). One nothing answers at is refused at start (exit 2)."""
     num_cpus: float = Field(1.0, ge=0)
     """CPUs Ray reserves for the sampler actor (its environment workers are its own processes, or
     Ray actors of their own with `rl.env_pool.backend: ray`)."""

@@ -34,6 +34,7 @@ from collections import deque
 from agentrl.config import ConfigError, EnvPoolConfig
 from agentrl.envs import make_env
 from agentrl.envs.base import NoExpertMove, Observation, Rejected, StepResult
+from agentrl import raycluster
 from agentrl.errors import RunError
 
 START_FAILURES = 3
@@ -167,25 +168,19 @@ class ProcessWorkers:
 
 
 class RayWorkers:
-    """Workers as Ray actors (`ray.init(address=...)` from the config or RAY_ADDRESS; a local
-    cluster when neither is given, shut down again at close)."""
+    """Workers as Ray actors on the cluster `raycluster.join` gives (the config's address,
+    RAY_ADDRESS, or a local cluster shut down again at close)."""
 
     def __init__(self, env_config, workers: int, cfg):
-        try:
-            import ray
-        except ImportError:
-            raise ConfigError("rl.env_pool.backend: ray needs Ray: pip install 'agentrl[ray]'") from None
-        self.ray, self.config = ray, env_config
-        self.owns_cluster = not ray.is_initialized()
-        if self.owns_cluster:
-            ray.init(address=cfg.ray.address, include_dashboard=False)
-        have = ray.cluster_resources().get("CPU", 0)
+        self.ray, self.owns_cluster = raycluster.join("rl.env_pool", cfg.ray.address)
+        self.config = env_config
+        have = self.ray.cluster_resources().get("CPU", 0)
         if cfg.ray.address is None and not os.environ.get("RAY_ADDRESS") and have < workers * cfg.ray.num_cpus:
             self.close()
             raise ConfigError(f"rl.env_pool.ray.num_cpus: {workers} workers x {cfg.ray.num_cpus:g} CPUs do not fit "
                               f"the local Ray cluster's {have:g} CPUs (lower num_cpus, or give ray.address)")
         memory = int(cfg.ray.memory_gib * 2**30) if cfg.ray.memory_gib else None
-        self.actor_class = ray.remote(num_cpus=cfg.ray.num_cpus, memory=memory, max_restarts=0)(EnvServer)
+        self.actor_class = self.ray.remote(num_cpus=cfg.ray.num_cpus, memory=memory, max_restarts=0)(EnvServer)
         self.actors: list = [None] * workers
         self.pending: list[deque] = [deque() for _ in range(workers)]
         for worker in range(workers):

@@ -29,7 +29,7 @@ from collections import deque
 
 import torch
 
-from agentrl.config import ConfigError
+from agentrl import raycluster
 from agentrl.errors import RunError
 
 POLL_S = 1.0
@@ -238,22 +238,16 @@ def _next(requests, parent: int):
 
 
 class RayLink:
-    """The sampler as a Ray actor (`ray.init(address=...)` from `rl.overlap.ray` or RAY_ADDRESS; a
-    local cluster when neither is given, shut down again at close). Calls from one caller to an
+    """The sampler as a Ray actor on the cluster `raycluster.join` gives (`rl.overlap.ray.address`,
+    RAY_ADDRESS, or a local cluster shut down again at close). Calls from one caller to an
     actor run in the order made, so the messages keep their order; a dead actor is reported when
     its next answer is due."""
 
     def __init__(self, config, model_path: str, threads: int):
-        try:
-            import ray
-        except ImportError:
-            raise ConfigError("rl.overlap.backend: ray needs Ray: pip install 'agentrl[ray]'") from None
         cfg = config.rl.overlap.ray
-        self.ray, self.answers = ray, deque()
-        self.owns_cluster = not ray.is_initialized()
-        if self.owns_cluster:
-            ray.init(address=cfg.address, include_dashboard=False)
-        actor = ray.remote(num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus, max_restarts=0)(SamplerSide)
+        self.ray, self.owns_cluster = raycluster.join("rl.overlap", cfg.address)
+        self.answers = deque()
+        actor = self.ray.remote(num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus, max_restarts=0)(SamplerSide)
         self.actor = actor.remote(config.model_dump(mode="json"), model_path, threads)
 
     def send(self, message: tuple) -> None:
