@@ -1,5 +1,6 @@
 """SmolLM2 on real ALFWorld per seed and phase (`make alfworld-smollm2 SEED=k`), from each run's
-evaluation files into benchmarks/results/alfworld-smollm2.csv (the environments guide's table).
+evaluation files into benchmarks/results/alfworld-smollm2.csv (the environments guide's table),
+replacing the rows of the phases evaluated again and keeping the others.
 
     python benchmarks/smollm2_table.py [runs/alfworld-smollm2 [OUT.csv]]
 
@@ -45,14 +46,26 @@ def rows(runs: Path) -> list[dict]:
     return found
 
 
+def merged(kept: list[dict], found: list[dict]) -> list[dict]:
+    """The table's rows with those of every (seed, phase) measured again replaced: a run that skips
+    a phase (the zero-shot evaluation, `eval.initial: false`) keeps that phase's earlier row."""
+    measured = {(row["seed"], row["phase"]) for row in found}
+    order = {"zero-shot": 0, "sft": 1, "rl": 2}
+    return sorted([row for row in kept if (row["seed"], row["phase"]) not in measured] + found,
+                  key=lambda row: (int(row["seed"]), order[row["phase"]]))
+
+
 def main() -> None:
     found = rows(Path(sys.argv[1] if len(sys.argv) > 1 else "runs/alfworld-smollm2"))
     if not found:
         raise SystemExit("no evaluated phase found")
-    with Path(sys.argv[2] if len(sys.argv) > 2 else RESULTS).open("w", newline="") as f:
+    out = Path(sys.argv[2] if len(sys.argv) > 2 else RESULTS)
+    kept = list(csv.DictReader(out.open())) if out.is_file() else []
+    table = merged(kept, found)
+    with out.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(found[0]))
         writer.writeheader()
-        writer.writerows(found)
+        writer.writerows(table)
 
 
 if __name__ == "__main__":

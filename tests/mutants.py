@@ -591,6 +591,8 @@ MUTANTS = [
            "if all(row[k] == v for k, v in where)", "if True", ["test_readme_tables.py"]),
     Mutant("smollm2 table: a stopped evaluation's trajectories are not read", "benchmarks/smollm2_table.py",
            'for path in sorted(folder.glob("trajectories_*.jsonl"))}', "for path in []}", ["test_readme_tables.py"]),
+    Mutant("smollm2 table: a phase evaluated again keeps its earlier row too", "benchmarks/smollm2_table.py",
+           'if (row["seed"], row["phase"]) not in measured]', "]", ["test_readme_tables.py"]),
     Mutant("judge counts: every answer counts as parsed", "src/agentrl/gcd/judge.py",
            '"parsed": sum(v is not None for a in received for v in a)', '"parsed": sum(map(len, received))', GCD),
     Mutant("judge counts: agreed counts the steps asked", "src/agentrl/gcd/judge.py",

@@ -106,3 +106,17 @@ def test_the_smollm2_gpu_table_is_its_committed_trajectories(tmp_path):
     assert found == [{"seed": "0", "phase": "sft", "l0": "41 / 50 = 82.0% [69.2, 90.2]", "l1": "not evaluated"}]
     with (ROOT / "benchmarks" / "results" / "alfworld-smollm2-gpu.csv").open() as f:
         assert list(csv.DictReader(f)) == found
+
+
+def test_the_smollm2_table_keeps_the_rows_of_phases_not_evaluated_again():
+    """A run without its zero-shot evaluation (`eval.initial: false`) replaces the seed's SFT row and
+    adds its RL row; the zero-shot row stays, and another seed's rows are left as they were."""
+    from smollm2_table import merged
+
+    def row(seed, phase, l0):
+        return {"seed": seed, "phase": phase, "l0": l0, "l1": "x"}
+
+    kept = [row("0", "zero-shot", "a"), row("0", "sft", "old"), row("1", "sft", "b")]
+    found = [row("0", "sft", "new"), row("0", "rl", "c")]
+    assert merged(kept, found) == [row("0", "zero-shot", "a"), row("0", "sft", "new"), row("0", "rl", "c"),
+                                   row("1", "sft", "b")]
