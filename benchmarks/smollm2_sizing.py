@@ -7,6 +7,9 @@ rows are appended to benchmarks/results/smollm2_sizing.csv.
 
     agentrl model import-smollm2 --out runs/smollm2       # once
     python benchmarks/smollm2_sizing.py runs/smollm2 runs/alfworld-smollm2/expert.jsonl
+
+The `cpu` column is the instruction set torch uses (AVX2, AVX512): bf16 is fast only where oneDNN
+has bf16 instructions (AVX-512 / AMX); on AVX2 it takes a slow fallback path.
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--prompts", type=int, default=16, help="prompts of one generation batch")
+    parser.add_argument("--weights", nargs="+", choices=("full", "lora"), default=["full", "lora"],
+                        help="SFT with full weights, LoRA, or both")
     args = parser.parse_args()
     tokenizer = load_tokenizer(args.model)
     conversations = read_chat_dataset(args.data)
@@ -75,7 +80,7 @@ def main() -> None:
                ["input_ids"] for c in conversations[:args.prompts]]
     rows, threads = [], torch.get_num_threads()
     for dtype in ("float32", "bfloat16"):
-        for lora in (False, True):
+        for lora in [w == "lora" for w in args.weights]:
             rate = train_rate(args.model, samples, dtype, lora, args.batch, args.steps, tokenizer.pad_token_id)
             rows.append({"what": "sft step", "dtype": dtype, "weights": "lora r16" if lora else "full",
                          "tokens_per_s": round(rate, 1)})
@@ -87,7 +92,7 @@ def main() -> None:
             print(rows[-1], flush=True)
     mean_len = sum(len(s.ids) for s in samples) / len(samples)
     for row in rows:
-        row.update(threads=threads, batch=args.batch if row["what"] == "sft step" else args.prompts,
+        row.update(threads=threads, cpu=torch.backends.cpu.get_cpu_capability(), batch=args.batch if row["what"] == "sft step" else args.prompts,
                    mean_example_tokens=round(mean_len), commit=commit())
     append_rows(RESULTS, rows)
 

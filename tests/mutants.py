@@ -591,6 +591,12 @@ MUTANTS = [
            "if all(row[k] == v for k, v in where)", "if True", ["test_readme_tables.py"]),
     Mutant("smollm2 table: a stopped evaluation's trajectories are not read", "benchmarks/smollm2_table.py",
            'for path in sorted(folder.glob("trajectories_*.jsonl"))}', "for path in []}", ["test_readme_tables.py"]),
+    Mutant("slow dtype: bf16 called slow on a CPU with its instructions, not on one without", "src/agentrl/models.py",
+           'if cuda or dtype != "bfloat16" or native_bf16:', 'if cuda or dtype != "bfloat16" or not native_bf16:',
+           ["test_models.py"]),
+    # killed where the CPU has no bf16 instructions (AVX2; these machines' usual CPU), else it survives
+    Mutant("cli: bf16 on a CPU without its instructions not warned of", "src/agentrl/cli.py",
+           "if args.command in MODEL_COMMANDS:", "if False:", ["test_cli.py"]),
     Mutant("smollm2 table: a phase evaluated again keeps its earlier row too", "benchmarks/smollm2_table.py",
            'if (row["seed"], row["phase"]) not in measured]', "]", ["test_readme_tables.py"]),
     Mutant("judge counts: every answer counts as parsed", "src/agentrl/gcd/judge.py",

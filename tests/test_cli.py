@@ -507,3 +507,21 @@ def test_what_an_rl_run_depends_on_outside_the_pipeline(tmp_path):
     deciding = {"seed", "model.dtype"} | {k for k in leaves if k.startswith(("env.", "prompt.", "sampling.", "rl."))
                                           and not any(k == c or k.startswith(c + ".") for c in CONTINUABLE["rl"])}
     assert set(rl_settings(config)) == deciding, set(rl_settings(config)) ^ deciding  # a continuable one neither
+
+
+def test_a_model_command_warns_of_bf16_on_a_cpu_that_computes_it_slowly(tmp_path, capsys):
+    """bf16 on a CPU without AVX-512 / AMX: an SFT step took 13-17x float32's time (AVX2). The
+    warning comes before the command's own checks (here: no model.path, exit 2); not for float32,
+    nor for a command that computes with no model. (On a CPU with bf16 instructions no command
+    warns: test_models checks the rule itself.)"""
+    import torch
+
+    from agentrl.models import cpu_bf16
+    slow = not torch.cuda.is_available() and not cpu_bf16()
+    for command, dtype, expected in (("sft", "bfloat16", slow), ("sft", "float32", False), ("plan", "bfloat16", False)):
+        path = recipe(tmp_path, model={"dtype": dtype})
+        sft = ["--data", "x", "--out", str(tmp_path / "out")] if command == "sft" else []
+        code = main([command, str(path), *sft])
+        assert code == 2 or command != "sft"
+        err = capsys.readouterr().err
+        assert ("warning: model.dtype bfloat16: this CPU has no bfloat16 instructions" in err) == expected, (command, dtype)

@@ -81,3 +81,12 @@ def test_a_full_history_tokenizer_corpus_holds_every_turn_once():
     turns = [text for text in full[0::2] if text.startswith("Observation: ")]
     assert len(turns) == len(full) // 2 - 4  # every step after each episode's first
     assert len(set(full[0::2])) == len(full) // 2
+
+
+def test_bf16_is_slow_only_on_a_cpu_without_its_instructions():
+    from agentrl.models import slow_dtype
+    why = slow_dtype("bfloat16", cuda=False, native_bf16=False)
+    assert why.startswith("model.dtype bfloat16:") and "model.dtype=float32" in why
+    assert slow_dtype("bfloat16", cuda=False, native_bf16=True) is None
+    assert slow_dtype("bfloat16", cuda=True, native_bf16=False) is None  # a GPU computes it
+    assert slow_dtype("float32", cuda=False, native_bf16=False) is None

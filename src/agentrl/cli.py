@@ -176,7 +176,19 @@ def _command(args) -> int:
         return _import_smollm2(args)
     if args.command in COMMANDS:
         return COMMANDS[args.command](args)
-    return RECIPE_COMMANDS[args.command](args, load_config(args.recipe, args.set, args.imports))
+    config = load_config(args.recipe, args.set, args.imports)
+    if args.command in MODEL_COMMANDS:
+        _warn_slow_dtype(config.model.dtype)
+    return RECIPE_COMMANDS[args.command](args, config)
+
+
+def _warn_slow_dtype(dtype: str) -> None:
+    import torch
+
+    from agentrl.models import cpu_bf16, slow_dtype
+    why = slow_dtype(dtype, torch.cuda.is_available(), cpu_bf16())
+    if why:
+        print(f"warning: {why}", file=sys.stderr)
 
 
 def _import_smollm2(args) -> int:
@@ -449,6 +461,8 @@ COMMANDS = {"serve": _serve, "plot": _plot, "export": _export, "analyze": _analy
 RECIPE_COMMANDS = {"run": _run, "model": _model_init, "data": _data, "prepare": _prepare, "sft": _sft,
                    "train": _train, "plan": _plan, "eval": _eval}
 """Commands on a recipe: `(args, config) -> exit status`."""
+MODEL_COMMANDS = ("run", "sft", "train", "eval")
+"""Those that compute with the recipe's model (in `model.dtype`)."""
 
 
 if __name__ == "__main__":

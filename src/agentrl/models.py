@@ -181,6 +181,23 @@ def load_tokenizer(path: str):
     return tokenizer
 
 
+def slow_dtype(dtype: str, cuda: bool, native_bf16: bool) -> str | None:
+    """Why `dtype` would run many times slower than float32 here, or None: bf16 on a CPU whose
+    instructions oneDNN cannot use for it (`cpu_bf16`: no AVX-512 or AMX) takes torch's slow
+    fallback path for every matrix product (an SFT step of SmolLM2 on an AVX2 CPU: 13-17x
+    float32's time, docs/guides/environments.md)."""
+    if cuda or dtype != "bfloat16" or native_bf16:
+        return None
+    return (f"model.dtype bfloat16: this CPU has no bfloat16 instructions oneDNN can use (it has "
+            f"{torch.backends.cpu.get_cpu_capability()}), so every matrix product takes a slow path, "
+            f"many times float32's time; set model.dtype=float32 here")
+
+
+def cpu_bf16() -> bool:
+    """Whether oneDNN computes bf16 matrix products natively on this CPU (AVX-512 or AMX)."""
+    return torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
 def load_model(path: str, dtype: str = "float32", empty: bool = False):
     """The causal LM at `path`, on this rank's device (`distributed.device`). `empty`: its
     parameters on the meta device (no memory; buffers real), for an actor that shards it first
