@@ -510,7 +510,7 @@ def test_what_an_rl_run_depends_on_outside_the_pipeline(tmp_path):
 
 
 def test_a_model_command_warns_of_bf16_on_a_cpu_that_computes_it_slowly(tmp_path, capsys):
-    """bf16 on a CPU without AVX-512 / AMX: an SFT step took 13-17x float32's time (AVX2). The
+    """bf16 on a CPU without AVX-512 / AMX: a LoRA SFT step of SmolLM2 took 13x float32's time (AVX2). The
     warning comes before the command's own checks (here: no model.path, exit 2); not for float32,
     nor for a command that computes with no model. (On a CPU with bf16 instructions no command
     warns: test_models checks the rule itself.)"""

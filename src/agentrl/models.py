@@ -184,8 +184,8 @@ def load_tokenizer(path: str):
 def slow_dtype(dtype: str, cuda: bool, native_bf16: bool) -> str | None:
     """Why `dtype` would run many times slower than float32 here, or None: bf16 on a CPU whose
     instructions oneDNN cannot use for it (`cpu_bf16`: no AVX-512 or AMX) takes torch's slow
-    fallback path for every matrix product (an SFT step of SmolLM2 on an AVX2 CPU: 13-17x
-    float32's time, docs/guides/environments.md)."""
+    fallback path for every matrix product (SmolLM2 on an AVX2 CPU: a LoRA SFT step 13x float32's
+    time, generation 3.8x; benchmarks/results/smollm2_sizing.csv)."""
     if cuda or dtype != "bfloat16" or native_bf16:
         return None
     return (f"model.dtype bfloat16: this CPU has no bfloat16 instructions oneDNN can use (it has "

@@ -24,7 +24,9 @@ class ModelConfig(Section):
     """A Hugging Face causal LM: a local folder or a hub id. None with an `init` section: the
     tiny model is created at <run_dir>/model-init."""
     dtype: Literal["float32", "bfloat16"] = "float32"
-    """Parameter dtype of the actor (float32 on CPU)."""
+    """Parameter dtype of the actor and the sampler. bfloat16 on a CPU is fast only with bf16
+    instructions (AVX-512 / AMX); on an AVX2 CPU it runs many times slower than float32, and the
+    model commands say so in one line."""
 
 
 class TinyModelConfig(Section):
