@@ -175,7 +175,7 @@ def cli_page() -> str:
     parts = ["# CLI reference\n",
              "Generated from the argument parser by `docs/gen_reference.py`. Wrong input exits 2 with one line "
              "per problem naming the file and field, a run that cannot go on exits 1 with its cause, Ctrl-C "
-             "exits 130; `agentrl --debug COMMAND ...` shows tracebacks.\n",
+             "exits 130 and SIGTERM 143 after an orderly stop; `agentrl --debug COMMAND ...` shows tracebacks.\n",
              "| command | what |\n|---|---|\n" + "\n".join(
                  f"| [`{name.strip()}`](#{name.strip().replace(' ', '-')}) | {text} |"
                  for name, text, sub in _commands(parser, "agentrl") if _flags(sub)) + "\n"]

@@ -138,11 +138,13 @@ def test_debug_shows_the_traceback(tmp_path):
     assert done.returncode != 0 and "Traceback" in done.stderr and "YAML syntax error" in done.stderr
 
 
-@pytest.mark.parametrize("overlap", [None, {"staleness": 1}], ids=["in-process", "sampler-process"])
-def test_ctrl_c_stops_with_one_line_and_no_worker_left(tmp_path, tiny_model_dir, overlap):
+@pytest.mark.parametrize("overlap, stop", [(None, "ctrl-c"), ({"staleness": 1}, "ctrl-c"), (None, "kill")],
+                         ids=["in-process", "sampler-process", "sigterm"])
+def test_ctrl_c_or_kill_stops_with_one_line_and_no_worker_left(tmp_path, tiny_model_dir, overlap, stop):
     """SIGINT to the whole process group (what a terminal sends) during RL with worker
     processes (and with rl.overlap, the sampler process and its own workers): exit 130, one line
-    saying where, no worker traceback, no process left."""
+    saying where, no worker traceback, no process left. SIGTERM to the trainer alone (`kill`,
+    `timeout`, a scheduler's preemption): the same, exit 143."""
     recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run"), rl__steps=100_000,
                                                   rl__env_pool__workers=2, rl__tasks_per_step=2,  # never done first
                                                   rl__overlap=overlap))
@@ -157,11 +159,15 @@ def test_ctrl_c_stops_with_one_line_and_no_worker_left(tmp_path, tiny_model_dir,
     assert proc.poll() is None, proc.communicate()
     children = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
     assert len(children) >= 3  # the trainer and its two environment workers
-    os.killpg(proc.pid, signal.SIGINT)
+    if stop == "kill":
+        os.kill(proc.pid, signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    assert proc.returncode == (143 if stop == "kill" else 130), err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
-    assert err.strip().splitlines()[-1].startswith("interrupted at RL step ")
+    word = "terminated" if stop == "kill" else "interrupted"
+    assert err.strip().splitlines()[-1].startswith(f"{word} at RL step ")
     assert err.strip().endswith("rerun the same command to continue")
     left = ["?"]
     for _ in range(20):

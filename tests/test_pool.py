@@ -24,6 +24,19 @@ def test_worker_processes_match_in_process():
     assert all(not p.is_alive() for p in procs)
 
 
+def test_a_worker_whose_trainer_is_gone_leaves_quietly():
+    """The trainer killed (no close said) while a worker computes its answer: the answer finds no
+    one to read it; the worker closes its environments and exits 0, no traceback."""
+    from agentrl.envs.latency import LatencyEnvConfig
+    from agentrl.envs.pool import ProcessWorkers
+
+    workers = ProcessWorkers(LatencyEnvConfig(reset_median_s=0.5, step_median_s=0.0, step_sigma=0.0), 1)
+    assert workers.send(0, ("reset", {0: "train-0"}))
+    workers.conns[0].close()  # the trainer's end, gone before the answer
+    workers.procs[0].join(timeout=120)
+    assert workers.procs[0].exitcode == 0
+
+
 def test_the_time_limit_is_per_environment_of_a_worker():
     """A worker runs its environments one after another: 4 resets of 1 s each (4 s, plus the
     worker's start) are within a 3 s limit per reset; one that hangs is not (the worker is

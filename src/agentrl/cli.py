@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -135,12 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run a command. Wrong input exits 2 with one line per problem and no traceback (`--debug` or
-    AGENTRL_DEBUG=1: with it); Ctrl-C exits 130 with one line saying where the work stopped."""
+    AGENTRL_DEBUG=1: with it); Ctrl-C exits 130, SIGTERM (`kill`, `timeout`, a scheduler's
+    preemption) 143, each with one line saying where the work stopped, after the same orderly
+    shutdown (environment workers and sampler processes closed)."""
     args = build_parser().parse_args(argv)
     _quiet_imports()
     import transformers
     transformers.utils.logging.disable_progress_bar()  # per-file loading bars: noise in every log
     debug = args.debug or os.environ.get("AGENTRL_DEBUG", "") not in ("", "0")
+    on_term = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return _command(args)
     except ConfigError as err:
@@ -153,11 +157,22 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {err}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         if debug:
             raise
-        print(f"interrupted at {stage()}; rerun the same command to continue", file=sys.stderr)
-        return 130
+        word, code = ("terminated", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
+        print(f"{word} at {stage()}; rerun the same command to continue", file=sys.stderr)
+        return code
+    finally:
+        signal.signal(signal.SIGTERM, on_term)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so that it stops the run the same way."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated
 
 
 def _quiet_imports() -> None:

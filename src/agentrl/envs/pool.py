@@ -95,16 +95,13 @@ def _serve(conn, env_config) -> None:
     # Ctrl-C reaches the whole process group; the parent shuts the workers down in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     server = EnvServer(env_config)
-    while True:
-        try:
-            command, requests = conn.recv()
-        except EOFError:  # the parent was killed before it could say close
-            command = "close"
-        if command == "close":
-            server.close()
-            conn.close()
-            return
-        conn.send(server.call(command, requests))
+    try:
+        while (message := conn.recv())[0] != "close":
+            conn.send(server.call(*message))
+    except (EOFError, BrokenPipeError):  # the parent was killed before it could say close
+        pass
+    server.close()
+    conn.close()
 
 
 class ProcessWorkers:
