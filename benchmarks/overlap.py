@@ -4,7 +4,9 @@ loop, side by side in one run, on the same cores.
 For each recipe: the same model and settings, `--steps` RL steps of each loop, each loop in a
 fresh process, one after the other (nothing else should run): lock-step in one process with
 `--threads` torch threads; overlapped with k = 1, the sampler process and the trainer with
-`--threads` / 2 threads each (on 2 cores: one each; `--sampler-threads N` gives the sampler N).
+`--threads` / 2 threads each (on 2 cores: one each; `--sampler-threads N` / `--trainer-threads N`
+set either side; `--overlap-set` overrides the overlapped loop only, e.g. `rl.rollout.mode=async`
+so that its environments step while it generates).
 Every step is timed; the first `--warmup` steps (worker and sampler-process start, the engines'
 JIT) are left out of the medians. Printed
 and appended to benchmarks/results/overlap.csv: the median step, steps per hour, and the ratio
@@ -54,9 +56,10 @@ def child(args) -> None:
     print(json.dumps(rows))
 
 
-def measure(args, overlap: str, threads: int) -> list[dict]:
+def measure(args, overlap: str, threads: int, extra: list[str]) -> list[dict]:
     command = [sys.executable, __file__, "--recipe", args.recipe, "--model", args.model, "--steps", str(args.steps),
-               "--child-overlap", overlap, "--child-threads", str(threads), *[f"--set={s}" for s in args.set]]
+               "--child-overlap", overlap, "--child-threads", str(threads),
+               *[f"--set={s}" for s in [*args.set, *extra]]]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode:
@@ -79,7 +82,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2, help="cores given to each loop")
     parser.add_argument("--sampler-threads", type=int, help="the sampler process's threads (default: half)")
+    parser.add_argument("--trainer-threads", type=int, help="the overlapped trainer's threads (default: half)")
     parser.add_argument("--set", action="append", default=[], help="a recipe override for both loops")
+    parser.add_argument("--overlap-set", action="append", default=[],
+                        help="a recipe override for the overlapped loop only (e.g. rl.rollout.mode=async)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "overlap.csv"))
     parser.add_argument("--child-overlap", help=argparse.SUPPRESS)
     parser.add_argument("--child-threads", type=int, help=argparse.SUPPRESS)
@@ -88,11 +94,14 @@ def main() -> None:
         return child(args)
     half = max(1, args.threads // 2)
     sampler = args.sampler_threads or half
-    overlapped = f"{{staleness: 1, sampler_threads: {sampler}, trainer_threads: {half}}}"
-    lock = summary(measure(args, "null", args.threads), args.warmup)
-    ahead = summary(measure(args, overlapped, half), args.warmup)
+    trainer = args.trainer_threads or half
+    overlapped = f"{{staleness: 1, sampler_threads: {sampler}, trainer_threads: {trainer}}}"
+    lock = summary(measure(args, "null", args.threads, []), args.warmup)
+    ahead = summary(measure(args, overlapped, trainer, args.overlap_set), args.warmup)
     row = {"recipe": Path(args.recipe).stem, "cpus": os.cpu_count(), "commit": commit(), "steps": args.steps,
-           "warmup": args.warmup, "threads": args.threads, "sampler_threads": sampler, "overrides": " ".join(args.set),
+           "warmup": args.warmup, "threads": args.threads, "sampler_threads": sampler,
+           "trainer_threads": trainer, "overrides": " ".join(args.set),
+           "overlap_overrides": " ".join(args.overlap_set),
            **{f"lockstep_{k}": v for k, v in lock.items()}, **{f"overlap_{k}": v for k, v in ahead.items()},
            "speedup": round(ahead["steps_per_hour"] / lock["steps_per_hour"], 2)}
     print(json.dumps(row, indent=1))
