@@ -76,13 +76,14 @@ def test_update_does_not_depend_on_micro_batch_split(tiny_model_dir, agg):
 
 
 def test_ppo_clip_by_hand():
-    logp = torch.log(torch.tensor([1.5, 0.5, 0.5, 4.0]))
-    old = torch.zeros(4)
-    adv = torch.tensor([1.0, 1.0, -1.0, -1.0])
-    loss, counts = ppo_clip(logp, old, adv, torch.arange(4), PPOClipConfig(dual_clip=3.0))
+    logp = torch.log(torch.tensor([1.5, 0.5, 0.5, 4.0, 1.1]))
+    old = torch.zeros(5)
+    adv = torch.tensor([1.0, 1.0, -1.0, -1.0, 1.0])
+    loss, counts = ppo_clip(logp, old, adv, torch.arange(5), PPOClipConfig(dual_clip=3.0))
     # ratio 1.5, A=+1: min(1.5, 1.2) -> -1.2 ; ratio 0.5, A=+1: -0.5 (unclipped wins the max)
     # ratio 0.5, A=-1: max(0.5, 0.8) = 0.8 ; ratio 4, A=-1: max(4, 1.2) = 4 capped by dual clip at 3
-    torch.testing.assert_close(loss, torch.tensor([-1.2, -0.5, 0.8, 3.0]))
+    # ratio 1.1 lies inside the clip range: not clipped
+    torch.testing.assert_close(loss, torch.tensor([-1.2, -0.5, 0.8, 3.0, -1.1]))
     assert counts["pg_clipfrac"] == 2 and counts["pg_clipfrac_dual"] == 1
 
 

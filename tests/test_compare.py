@@ -75,6 +75,7 @@ def test_detectable_difference_by_hand():
     assert stats.detectable_difference(noisy, 5, 400) == pytest.approx(expected)
     needed = stats.seeds_needed(parts, 0.05)
     assert stats.detectable_difference(parts, needed) <= 0.05 < stats.detectable_difference(parts, needed - 1)
+    assert stats.seeds_needed(parts, stats.detectable_difference(parts, 2)) == 2  # the fewest a t-test can use
 
 
 def test_t_interval_by_hand_and_wider_than_the_bootstrap_at_five_seeds():

@@ -142,6 +142,27 @@ def test_full_history_expert_data_encodes_to_the_prompts_the_rollout_builds(tiny
         assert encoded.ids == step.prompt_ids + step.response_ids
 
 
+def test_full_history_expert_data_with_detours_shows_the_moves_played():
+    """With detours (DART) an example still teaches the expert's move, and its earlier turns show the
+    moves the episode played, detours among them: replaying those in a fresh environment gives each
+    later turn's observation."""
+    from agentrl.data import expert_episode
+    from agentrl.envs.household import HouseholdEnv
+    from agentrl.prompting import parse_action
+
+    examples = expert_episode(HouseholdEnv(max_steps=8), "train-3", FULL, detours=0.5, rng=random.Random(0))
+    assert len(examples) >= 3
+    turns = examples[-1]["messages"]
+    replay = HouseholdEnv(max_steps=8)
+    replay.reset("train-3")
+    detoured = False
+    for k in range(1, len(turns) // 2):
+        played = parse_action(turns[2 * k - 1]["content"])
+        assert replay.step(played).observation.text in turns[2 * k]["content"]
+        detoured |= played != parse_action(examples[k - 1]["messages"][-1]["content"])
+    assert detoured  # a move played was not the expert's label
+
+
 def test_what_reads_a_step_prompt_as_text_is_refused_with_full_history():
     """The GCD judges are given the episode (below); the coupling lab reads a step's prompt text."""
     from agentrl.recipe import validate_config

@@ -82,6 +82,8 @@ def test_household_progress_labels_match_the_expert():
 
 
 def test_judgment_data_is_balanced_and_parseable(tmp_path):
+    odd = collect_judgment_data(make_env(HouseholdEnvConfig()), PromptConfig(), 7, tmp_path / "odd.jsonl", seed=0)
+    assert odd == {"judgments": 7, "good": 3, "bad": 4}  # as many as asked, the odd one bad
     path = tmp_path / "j.jsonl"
     stats = collect_judgment_data(make_env(HouseholdEnvConfig()), PromptConfig(), 12, path, seed=0)
     assert stats == {"judgments": 12, "good": 6, "bad": 6}

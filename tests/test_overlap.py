@@ -155,6 +155,10 @@ def test_the_fingerprint_tells_weights_apart_and_ignores_their_order():
     b = {"w": a["w"].clone(), "b": torch.tensor([0.0, 0.0, 1e-7])}
     assert fingerprint(a.items()) == fingerprint(reversed(list(a.items())))
     assert fingerprint(a.items()) != fingerprint(b.items())
+    # an update that moved only the far end of a large tensor (past its first 4,096 elements)
+    moved = a["w"].clone()
+    moved[5_000:] += 1.0
+    assert fingerprint(a.items()) != fingerprint({"w": moved, "b": a["b"]}.items())
 
 
 KILLED_AFTER_STEP_2 = """

@@ -259,6 +259,20 @@ def test_workers_that_crash_after_answering_are_replaced_every_time():
         assert "before their first answer" not in pool.fault_summary()
 
 
+def test_a_worker_dead_while_idle_aborts_a_tried_move_and_an_expert_question():
+    """Like a step, a tried move (`sampling.retries`) or DAgger's question to the expert sent to a
+    worker that died while idle is answered None (the episode aborted), not asked of its replacement,
+    which holds no such episode."""
+    with EnvPool(HouseholdEnvConfig(), EnvPoolConfig(workers=1)) as pool:
+        for ask in (lambda: pool.step({0: "look"}, tentative=frozenset({0})), lambda: pool.expert([0])):
+            assert pool.reset({0: "train-0"})[0] is not None
+            victim = pool.transport.procs[0]
+            victim.kill()
+            victim.join()
+            assert ask() == {0: None}
+        assert len(pool.faults) == 2 and all("exited while idle" in f for f in pool.faults)
+
+
 def test_replacements_that_die_before_answering_stop_the_run_after_a_worker_that_served():
     """Each incarnation is judged on its own: after one that answered and then died, START_FAILURES
     replacements in a row that die before their first answer stop the run (the 2 s reset keeps
