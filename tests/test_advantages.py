@@ -185,3 +185,14 @@ def test_grpo_step_level_by_hand_with_two_task_groups():
     assert out.values == [pytest.approx(v, abs=1e-5) for v in
                           [[0.866, 0.866], [-0.85739, -0.87462], [-1.09541, -1.09541], [0.73638],
                            [0.71806, 0.73638]]]
+
+
+def test_critic_explained_variance_by_hand():
+    """1 - Var(R - V) / Var(R): the critic's V against the returns it regresses onto."""
+    from agentrl.critic import value_metrics
+
+    returns, values = [1.0, 2.0, 3.0, 6.0], [1.0, 1.0, 4.0, 4.0]  # Var(R) 3.5, Var(R - V) 1.25, Var(V) 2.25
+    metrics = value_metrics(values, returns)
+    assert metrics["critic/explained_variance"] == pytest.approx(1 - 1.25 / 3.5)
+    assert metrics["critic/value_mean"] == 2.5 and metrics["critic/return_mean"] == 3.0
+    assert value_metrics(values, [2.0] * 4)["critic/explained_variance"] == 0.0  # returns without spread

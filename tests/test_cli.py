@@ -1,5 +1,6 @@
 import json
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -525,3 +526,17 @@ def test_a_model_command_warns_of_bf16_on_a_cpu_that_computes_it_slowly(tmp_path
         assert code == 2 or command != "sft"
         err = capsys.readouterr().err
         assert ("warning: model.dtype bfloat16: this CPU has no bfloat16 instructions" in err) == expected, (command, dtype)
+
+
+def test_a_command_called_from_python_gives_its_caller_sigterm_back(tmp_path):
+    """`main` turns SIGTERM into the orderly stop only while its command runs: a program that calls
+    it (a notebook, a sweep script) has its own handler back afterwards, however the command ended."""
+    def mine(signum, frame):
+        pass
+
+    old = signal.signal(signal.SIGTERM, mine)
+    try:
+        assert main(["train", str(tmp_path / "missing.yaml")]) == 2
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, old)

@@ -105,3 +105,25 @@ def test_rank_helpers_average_each_key_over_the_ranks_that_logged_it_and_gather_
         assert found["gather"] == (["r0a", "r0b", "r1a", "r1b"] if rank == 0 else [])
         assert found["union"] == ["a", "b", "c"]
         assert found["max"] == 1.0 and found["sum"] == [3.0, 20.0] and found["main"] == 7
+
+
+def test_a_resumed_tracker_replaces_what_was_logged_after_its_checkpoint(tmp_path):
+    """Steps logged after the checkpoint a run resumes from are logged again: metrics.jsonl and
+    TensorBoard then hold each step once, with the resumed run's values."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from agentrl.tracking import Tracker, read_metrics
+
+    first = Tracker(tmp_path)
+    for step in range(1, 5):
+        first.log(step, {"loss": float(step)})
+    first.close()
+    resumed = Tracker(tmp_path, resume_step=2)
+    for step in (3, 4):
+        resumed.log(step, {"loss": 10.0 * step})
+    resumed.close()
+    expected = [(1, 1.0), (2, 2.0), (3, 30.0), (4, 40.0)]
+    assert [(r["step"], r["loss"]) for r in read_metrics(tmp_path / "metrics.jsonl")] == expected
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == expected
