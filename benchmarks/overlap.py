@@ -13,8 +13,7 @@ and appended to benchmarks/results/overlap.csv: the median step, steps per hour,
 (overlapped / lock-step steps per hour: > 1 means overlap is faster), with where each step's time
 went (lock-step: generation, environments, update; overlapped: the trainer's wait for rollouts
 and the sampler's idle time), and the share of the machine's CPU time that was busy during a step
-(`/proc/stat`): lock-step keeping a share b of the cores busy leaves room for at most 1 / b by
-overlapping, unless the overlapped loop does the same work in fewer core-seconds.
+(`/proc/stat`; OpenMP's waiting threads spin, so a share near 1 is not a machine with no room).
 
     python benchmarks/overlap.py --recipe recipes/scienceworld-cpu.yaml --model runs/scienceworld-cpu/seed0/rl/model
     python benchmarks/overlap.py --recipe recipes/demo.yaml --model DIR    # e.g. from `agentrl model init`
