@@ -12,8 +12,7 @@ JIT) are left out of the medians. Printed
 and appended to benchmarks/results/overlap.csv: the median step, steps per hour, and the ratio
 (overlapped / lock-step steps per hour: > 1 means overlap is faster), with where each step's time
 went (lock-step: generation, environments, update; overlapped: the trainer's wait for rollouts
-and the sampler's idle time), and the share of the machine's CPU time that was busy during a step
-(`/proc/stat`; OpenMP's waiting threads spin, so a share near 1 is not a machine with no room).
+and the sampler's idle time).
 
     python benchmarks/overlap.py --recipe recipes/scienceworld-cpu.yaml --model runs/scienceworld-cpu/seed0/rl/model
     python benchmarks/overlap.py --recipe recipes/demo.yaml --model DIR    # e.g. from `agentrl model init`
@@ -36,16 +35,6 @@ from results_csv import append_rows, commit
 PARTS = ["gen", "env", "update", "wait_rollouts", "sampler_idle"]
 
 
-def cpu_jiffies() -> tuple[int, int]:
-    """The whole machine's busy and total CPU time so far (/proc/stat's first line; (0, 0) without it)."""
-    try:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    except OSError:
-        return 0, 0
-    idle = fields[3] + fields[4]  # idle, iowait
-    return sum(fields) - idle, sum(fields)
-
-
 def child(args) -> None:
     """One loop's steps, timed; a JSON line on stdout."""
     import torch
@@ -60,11 +49,9 @@ def child(args) -> None:
         rows = []
         with RLTrainer(config, args.model, Path(run_dir)) as trainer:
             for _ in range(args.steps):
-                started, (busy, total) = time.perf_counter(), cpu_jiffies()
+                started = time.perf_counter()
                 metrics = trainer.train_step()
-                busy_after, total_after = cpu_jiffies()
                 rows.append({"step_s": time.perf_counter() - started,
-                             "busy": (busy_after - busy) / max(total_after - total, 1),
                              **{part: metrics.get(f"timing_s/{part}", 0.0) for part in PARTS}})
     print(json.dumps(rows))
 
@@ -84,7 +71,6 @@ def summary(rows: list[dict], warmup: int) -> dict:
     kept = rows[warmup:]
     step = statistics.median(r["step_s"] for r in kept)
     return {"step_s": round(step, 2), "steps_per_hour": round(3600 / step, 1),
-            "busy": round(statistics.median(r["busy"] for r in kept), 3),
             **{f"{part}_s": round(statistics.median(r[part] for r in kept), 2) for part in PARTS}}
 
 
