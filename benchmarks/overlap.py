@@ -44,8 +44,9 @@ def child(args) -> None:
 
     torch.set_num_threads(args.child_threads)
     with tempfile.TemporaryDirectory() as run_dir:
-        config = load_config(args.recipe, [*args.set, f"run_dir={run_dir}", f"rl.steps={args.steps}", "rl.eval_every=0",
-                                           f"rl.overlap={args.child_overlap}"])
+        # the loop's rl.overlap first, so that an --overlap-set such as rl.overlap.sampler_gpu=0 refines it
+        config = load_config(args.recipe, [f"rl.overlap={args.child_overlap}", *args.set, f"run_dir={run_dir}",
+                                           f"rl.steps={args.steps}", "rl.eval_every=0"])
         rows = []
         with RLTrainer(config, args.model, Path(run_dir)) as trainer:
             for _ in range(args.steps):
