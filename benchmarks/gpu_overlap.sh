@@ -35,7 +35,7 @@ fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__, torch.cuda.is_available())"
 
-check tests python3 -m pytest -q -x -p no:cacheprovider tests/test_overlap.py
+check tests timeout 150 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_overlap.py
 python3 - "$SHAPE" <<'EOF'
 import json, sys
 from pathlib import Path
