@@ -98,6 +98,7 @@ def main() -> None:
     trainer = args.trainer_threads or half
     overlapped = f"{{staleness: 1, sampler_threads: {sampler}, trainer_threads: {trainer}}}"
     lock = summary(measure(args, "null", args.threads, []), args.warmup)
+    print("lock-step:", json.dumps(lock), flush=True)  # seen even if the overlapped loop does not finish
     ahead = summary(measure(args, overlapped, trainer, args.overlap_set), args.warmup)
     row = {"recipe": Path(args.recipe).stem, "cpus": os.cpu_count(), "commit": commit(), "steps": args.steps,
            "warmup": args.warmup, "threads": args.threads, "sampler_threads": sampler,

@@ -83,9 +83,10 @@ def test_the_trainer_starts_no_environments_while_the_sampler_process_plays_them
 
 
 def logprobs(model, prompt, response):
-    ids = torch.tensor([prompt + response])
+    """The response's log-probs under `model` (on its own device: the trainer's is the GPU where there is one)."""
+    ids = torch.tensor([prompt + response], device=next(model.parameters()).device)
     with torch.no_grad():
-        logits = model(ids).logits[0, len(prompt) - 1:-1].float()
+        logits = model(ids).logits[0, len(prompt) - 1:-1].float().cpu()
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(response)[:, None])[:, 0]
 
 
