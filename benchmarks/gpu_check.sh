@@ -16,13 +16,7 @@ STEP=(python3 benchmarks/grpo_step.py --out "$CSV")
 ALFWORLD=(--recipe recipes/alfworld-cpu.yaml --set "env.data=$ALFWORLD_ARCHIVE" --steps 3)
 LARGE=(--shape "$SHAPE" --dtype bfloat16)
 
-check() {  # name, command...
-    local left=$((BUDGET - SECONDS))
-    if ((left < 60)); then echo "== $1: skipped, ${left} s left"; return; fi
-    echo "== $1 (${left} s left)"
-    timeout "$left" "${@:2}"
-    echo "== $1: exit $? at ${SECONDS} s"
-}
+source "$(dirname "$0")/gpu_budget.sh"  # check NAME COMMAND...
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 check alfworld-trained "${STEP[@]}" "${ALFWORLD[@]}" --model "$ALFWORLD_MODEL"

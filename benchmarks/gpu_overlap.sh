@@ -25,13 +25,7 @@ export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 CSV=$OUT/overlap.csv
 OVERLAP=(python3 benchmarks/overlap.py --out "$CSV" --threads 8 --overlap-set rl.overlap.sampler_gpu=0)
 
-check() {  # name, command...
-    local left=$((BUDGET - SECONDS))
-    if ((left < 60)); then echo "== $1: skipped, ${left} s left"; return; fi
-    echo "== $1 (${left} s left)"
-    timeout "$left" "${@:2}"
-    echo "== $1: exit $? at ${SECONDS} s"
-}
+source "$(dirname "$0")/gpu_budget.sh"  # check NAME COMMAND...
 
 if [ -d .gpu/whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .gpu/whl/*.whl || exit 1
