@@ -33,7 +33,11 @@ def test_splits_have_the_documented_sizes_and_do_not_overlap(env, alfworld_data)
     assert {task_type(g) for g in l2} == set(L2_TYPES)
     four = AlfWorldEnv(data=alfworld_data, train_task_types=[t for t in TASK_TYPES if t not in L2_TYPES])
     assert {task_type(g) for g in four.split_tasks("train")} == set(TASK_TYPES) - set(L2_TYPES)
+    # evaluation takes each split's first N games: a fixed order, the same in every process, mixed
+    assert all(four.split_tasks(s) == env.split_tasks(s) for s in ("l0", "l1", "l2"))
     four.close()
+    first = env.split_tasks("l0")[:12]
+    assert first != sorted(first) and len({task_type(g) for g in first}) >= 4
 
 
 def test_planner_expert_solves_unseen_games(env):
@@ -81,6 +85,10 @@ def test_observation_prompt_fields_and_invalid_step(env):
     assert result.reward == 0 and result.info["admissible"] is False and result.progress is False
     result = env.step("look")
     assert result.progress is False  # never progress
+    there = next(a for a in result.observation.admissible_actions if a.startswith("go to "))
+    result = env.step(there)
+    examine = next(a for a in result.observation.admissible_actions if a.startswith("examine "))
+    assert env.step(examine).progress is False  # examining changes nothing either
 
 
 def test_success_pays_ten_and_ends_the_episode(env):
@@ -93,6 +101,15 @@ def test_success_pays_ten_and_ends_the_episode(env):
         if result.done:
             break
     assert result.success and rewards[-1] == 10.0 and sum(rewards) == 10.0
+
+
+def test_the_step_limit_ends_an_episode_unwon_and_unpaid(alfworld_data):
+    limited = AlfWorldEnv(data=alfworld_data, max_steps=3)
+    limited.reset(limited.split_tasks("l0")[0])
+    results = [limited.step("look") for _ in range(3)]
+    limited.close()
+    assert [r.done for r in results] == [False, False, True]
+    assert not any(r.success for r in results) and [r.reward for r in results] == [0.0, 0.0, 0.0]
 
 
 def test_missing_or_corrupt_game_names_the_file(alfworld_data, tmp_path, monkeypatch):
@@ -157,19 +174,39 @@ def test_notebook_records_what_the_episode_showed(observer):
     first = f"go to {receptacles[0]}"
     obs = observer.step(first).observation
     assert obs.memory.startswith(f"At: {receptacles[0]}.") and f" {receptacles[0]}," not in obs.memory.split("Seen:")[0]
+    words = set(obs.task.lower().replace(".", "").split())
     while True:
         move = observer.expert_action()[1]
         obs = observer.step(move).observation
+        seen = obs.memory.split("Seen: ")[1].split(". Put: ")[0]
+        assert seen == "nothing" or all(e.split(" in ")[0].rsplit(" ", 1)[0] in words for e in seen.split("; "))
         if move.startswith("take "):
             held = move[len("take "):].split(" from ")[0]
             assert obs.memory.endswith(f"Holding: {held}.")
+            assert f"{held} in " not in obs.memory.split("Seen: ")[1]  # no longer where it was seen
         if move.startswith("clean "):
             assert obs.memory.endswith(f"Holding: {held} (cleaned).")
+        if move.startswith("move "):  # the winning move: put, and no longer seen there
+            where = move[len("move "):].split(" to ")[1]
+            assert f"Put: {held} in {where}." in obs.memory and f"{held} in {where}" not in seen
             break
     assert observer.reset(game).memory.endswith("Holding: nothing.")
     plain = AlfWorldEnv(data=observer.root)
     assert plain.reset(game).memory is None and plain.reset(game).actions_text is None
     plain.close()
+
+
+def test_notebook_knows_which_receptacles_are_closed(observer):
+    observer.reset(next(g for g in observer.split_tasks("l1") if "pick_clean_then_place" in g))
+    book = observer.notebook
+    for receptacle in list(book.receptacles):
+        if f"open {receptacle}" in observer.step(f"go to {receptacle}").observation.admissible_actions:
+            break
+    assert receptacle in book.closed
+    observer.step(f"open {receptacle}")
+    assert receptacle not in book.closed and receptacle in book.visited
+    observer.step(f"close {receptacle}")
+    assert receptacle in book.closed
 
 
 def test_observer_searches_where_the_train_games_put_the_object_first(observer):
@@ -179,6 +216,10 @@ def test_observer_searches_where_the_train_games_put_the_object_first(observer):
 
     order = search_order(observer.root)
     assert set(order["pillow"][:2]) <= {"bed", "sofa", "armchair"} and "drawer" not in order["pillow"][:3]
+    # ranked by the share of a kind's receptacles that hold the object, not by how many do: a room
+    # has many drawers, which together hold most small things and each one seldom
+    for small in ("cd", "keychain", "creditcard"):
+        assert order[small].index("desk") < order[small].index("drawer"), small
     games = [g for g in observer.split_tasks("l0") if "pick_and_place_simple" in g][:4]
     for game in games:
         obs = observer.reset(game)
@@ -197,6 +238,14 @@ def test_observer_searches_a_receptacle_that_shares_the_spot_from_there(observer
     assert "go to stoveburner 2" not in obs.admissible_actions
     assert "stoveburner 2" not in obs.memory.split("Not visited: ")[1].split(". Seen:")[0]
     assert play_expert(observer, game)
+
+
+def test_seen_objects_read_the_engines_lists():
+    from agentrl.envs.alfworld.observer import seen_objects
+
+    assert seen_objects("On the desk 1, you see a pen 2, a cd 1, and a mug 3.") == ["pen 2", "cd 1", "mug 3"]
+    assert seen_objects("You open the drawer 1. The drawer 1 is open. In it, you see nothing.") == []
+    assert seen_objects("Nothing happens.") == []
 
 
 def test_grouped_actions_say_each_verb_once():

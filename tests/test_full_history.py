@@ -52,6 +52,19 @@ def test_appended_turns_are_what_the_chat_template_renders(tiny_model_dir, templ
     assert tokenizer.decode(ids) == rendered
 
 
+def test_a_template_that_rewrites_earlier_turns_is_refused(tiny_model_dir):
+    """A template that renders a reply differently once another turn follows it (here: marks every
+    reply but the last): appended turns would not be what it renders, so full history refuses it."""
+    tokenizer = load_tokenizer(tiny_model_dir)
+    tokenizer.chat_template = (
+        "{% for m in messages %}{% set c = m['content'] %}"
+        "{% if m['role'] == 'assistant' and not loop.last %}{% set c = '(earlier) ' + c %}{% endif %}"
+        "{{ '<|im_start|>' + m['role'] + '\\n' + c + '<|im_end|>\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+    with pytest.raises(ValueError, match="rewrites earlier turns"):
+        ChatTurns(tokenizer).user("Observation: a kitchen.")
+
+
 def test_the_sampled_tokens_are_kept_not_re_tokenized(tiny_model_dir):
     """A reply sampled as single characters, which the tokenizer would merge if it re-read the
     text: the next prompt holds those very tokens."""

@@ -81,3 +81,28 @@ def test_full_history_plans_each_live_episodes_kept_cache():
     assert full["rl"]["parts_gib"]["kept cache"] == pytest.approx(1.0)  # 1,024 MiB: the budget, below 16 episodes' 1.75 GiB
     kept = load_config(recipe, ["prompt.full_history=true", "prompt.history_length=0", "rl.sampler.keep_cache_mib=256"])
     assert memory_plan(kept, 8, 80)["rl"]["parts_gib"]["kept cache"] == pytest.approx(0.25)
+    # the HF sampler beside a sharded actor: a full bf16 copy, and the rank's 16 live episodes' caches
+    sampler = architecture(load_config(recipe)).params * 2 / GIB + 16 * 112 / 1024
+    assert full["rl"]["parts_gib"]["sampler"] == pytest.approx(sampler)
+
+
+def test_the_parameter_count_is_the_models_own(tiny_model_dir):
+    """The tiny Qwen2 (tied embeddings, q/k/v biases) counted from its config.json: what torch
+    counts in the model itself."""
+    from agentrl.models import load_model
+    from agentrl.plan import Architecture
+
+    arch = Architecture.from_config(json.loads((Path(tiny_model_dir) / "config.json").read_text()))
+    assert arch.tied and arch.params == load_model(str(tiny_model_dir)).num_parameters()
+
+
+def test_lora_plans_no_reference_copy_and_bf16_plans_fp32_masters():
+    """With LoRA the KL reference is the frozen base with its adapters off (no copy); a single
+    process's bf16 trained weights keep fp32 master copies (4 bytes a trained parameter)."""
+    recipe = ROOT / "recipes" / "alfworld-qwen2.5-7b.yaml"
+    single = ["rl.actor.backend=single", "sft.actor.backend=single"]
+    full = memory_plan(load_config(recipe, single), 1, 80)["rl"]["parts_gib"]
+    lora = memory_plan(load_config(recipe, [*single, "rl.actor.lora={r: 16, alpha: 32}"]), 1, 80)["rl"]["parts_gib"]
+    params = architecture(load_config(recipe)).params
+    assert full["reference"] == pytest.approx(params * 2 / GIB) and "reference" not in lora
+    assert full["weights"] == pytest.approx(params * (2 + 4) / GIB)
