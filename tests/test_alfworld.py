@@ -175,7 +175,7 @@ def test_notebook_records_what_the_episode_showed(observer):
     obs = observer.step(first).observation
     assert obs.memory.startswith(f"At: {receptacles[0]}.") and f" {receptacles[0]}," not in obs.memory.split("Seen:")[0]
     words = set(obs.task.lower().replace(".", "").split())
-    while True:
+    for _ in range(observer.max_steps):
         move = observer.expert_action()[1]
         obs = observer.step(move).observation
         seen = obs.memory.split("Seen: ")[1].split(". Put: ")[0]
@@ -190,6 +190,8 @@ def test_notebook_records_what_the_episode_showed(observer):
             where = move[len("move "):].split(" to ")[1]
             assert f"Put: {held} in {where}." in obs.memory and f"{held} in {where}" not in seen
             break
+    else:
+        pytest.fail("the observer did not win the game")
     assert observer.reset(game).memory.endswith("Holding: nothing.")
     plain = AlfWorldEnv(data=observer.root)
     assert plain.reset(game).memory is None and plain.reset(game).actions_text is None
