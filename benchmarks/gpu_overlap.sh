@@ -8,7 +8,9 @@
 #      pushes, fingerprints and staleness checks on the GPU);
 #   3. the same as 1 on the demo recipe (tiny model, household), as the CPU rows were measured.
 # 2026-12-04 (one H200) the tests ran first (106 s with the install) and 1 did not finish its 3 + 3
-# steps in the 365 s left: it now goes first, alone in a call of its own if need be (BUDGET=560).
+# steps in the 365 s left; in the next session, first and alone (BUDGET=560), it did not finish
+# lock-step's 3 steps in 492 s, and nothing came back: overlap.py now prints each step as it ends
+# (and the time to the first), and STEPS is 2 (the first left out as warm-up).
 # Rows are appended to $OUT/overlap.csv. Carried in .gpu (ignored through .git/info/exclude):
 # whl/ (cp312 wheels of pydantic and ALFWorld's dependencies, which the machine lacks), libs.tar.xz
 # (jericho and fast_downward from .venv), alfworld_json_2.1.1_slim.tar.xz, and alf-full-model (a
@@ -18,7 +20,7 @@
 # for the call, `git rm -r -q --cached` those two folders and list them in .git/info/exclude, then
 # `git reset -q` and drop the two lines (the files never leave the disk; commit nothing in between).
 set -u
-OUT=${OUT:?a folder for the rows}; BUDGET=${BUDGET:-540}; SHAPE=${SHAPE:-qwen2.5-1.5b}; STEPS=${STEPS:-3}
+OUT=${OUT:?a folder for the rows}; BUDGET=${BUDGET:-540}; SHAPE=${SHAPE:-qwen2.5-1.5b}; STEPS=${STEPS:-2}
 SITE=/tmp/agentrl-site
 export PYTHONPATH=$PWD/src:$PWD/benchmarks:$SITE PYTHONUNBUFFERED=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True

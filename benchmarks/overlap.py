@@ -7,9 +7,9 @@ fresh process, one after the other (nothing else should run): lock-step in one p
 `--threads` / 2 threads each (on 2 cores: one each; `--sampler-threads N` / `--trainer-threads N`
 set either side; `--overlap-set` overrides the overlapped loop only, e.g. `rl.rollout.mode=async`
 so that its environments step while it generates).
-Every step is timed; the first `--warmup` steps (worker and sampler-process start, the engines'
-JIT) are left out of the medians. Printed
-and appended to benchmarks/results/overlap.csv: the median step, steps per hour, and the ratio
+Every step is timed and printed as it ends (after the time to the first step); the first
+`--warmup` steps (worker and sampler-process start, the engines' JIT) are left out of the medians.
+Printed and appended to benchmarks/results/overlap.csv: the median step, steps per hour, and the ratio
 (overlapped / lock-step steps per hour: > 1 means overlap is faster), with where each step's time
 went (lock-step: generation, environments, update; overlapped: the trainer's wait for rollouts
 and the sampler's idle time).
@@ -43,18 +43,18 @@ def child(args) -> None:
     from agentrl.trainer import RLTrainer
 
     torch.set_num_threads(args.child_threads)
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory() as run_dir:
         # the loop's rl.overlap first, so that an --overlap-set such as rl.overlap.sampler_gpu=0 refines it
         config = load_config(args.recipe, [f"rl.overlap={args.child_overlap}", *args.set, f"run_dir={run_dir}",
                                            f"rl.steps={args.steps}", "rl.eval_every=0"])
-        rows = []
         with RLTrainer(config, args.model, Path(run_dir)) as trainer:
+            print(json.dumps({"ready_s": round(time.perf_counter() - started, 1)}), flush=True)
             for _ in range(args.steps):
                 started = time.perf_counter()
                 metrics = trainer.train_step()
-                rows.append({"step_s": time.perf_counter() - started,
-                             **{part: metrics.get(f"timing_s/{part}", 0.0) for part in PARTS}})
-    print(json.dumps(rows))
+                print(json.dumps({"step_s": time.perf_counter() - started,
+                                  **{part: metrics.get(f"timing_s/{part}", 0.0) for part in PARTS}}), flush=True)
 
 
 def measure(args, overlap: str, threads: int, extra: list[str]) -> list[dict]:
@@ -62,10 +62,17 @@ def measure(args, overlap: str, threads: int, extra: list[str]) -> list[dict]:
                "--child-overlap", overlap, "--child-threads", str(threads),
                *[f"--set={s}" for s in [*args.set, *extra]]]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
-    if done.returncode:
-        sys.exit(f"{overlap}: exit {done.returncode}\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    with tempfile.TemporaryFile("w+") as stderr:
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+        rows = []
+        for line in child.stdout:  # each step printed as it ends: seen even if the run is stopped
+            print(f"  {'lock-step' if overlap == 'null' else 'overlapped'}: {line.strip()}", flush=True)
+            if line.startswith('{"step_s"'):
+                rows.append(json.loads(line))
+        if child.wait():
+            stderr.seek(0)
+            sys.exit(f"{overlap}: exit {child.returncode}\n{stderr.read()[-3000:]}")
+    return rows
 
 
 def summary(rows: list[dict], warmup: int) -> dict:
