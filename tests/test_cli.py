@@ -1,5 +1,6 @@
 import json
 import re
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -173,6 +174,23 @@ def test_eval_command_and_bad_recipe(tmp_path, capsys, tiny_model_dir):
     assert main(["train", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "rl.advantage" in err and "grpo" in err and "Traceback" not in err
+
+
+def test_full_history_with_a_template_that_rewrites_replies_exits_2(tmp_path, capsys, tiny_model_dir):
+    """The model is the user's input too: full history with a chat template that drops an earlier
+    reply's reasoning stops before any episode, with one line naming the model and the setting."""
+    from test_full_history import REWRITING
+
+    from agentrl.models import load_tokenizer
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    tokenizer = load_tokenizer(str(model))
+    tokenizer.chat_template = REWRITING["drops all reasoning"]
+    tokenizer.save_pretrained(model)
+    path = recipe(tmp_path, prompt={"template": COMPACT, "history_length": 0, "full_history": True})
+    assert main(["train", str(path), "--model", str(model)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{model}: prompt.full_history: its chat template") and err.count("\n") == 1
 
 
 def test_a_cpu_run_prints_no_library_warnings(tmp_path):

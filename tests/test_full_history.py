@@ -11,7 +11,7 @@ import pytest
 import torch
 from test_packing import assert_packed_equals_plain
 
-from agentrl.config import EnvPoolConfig, PromptConfig, SamplingConfig
+from agentrl.config import ConfigError, EnvPoolConfig, PromptConfig, SamplingConfig
 from agentrl.envs.household.env import HouseholdEnvConfig
 from agentrl.envs.pool import EnvPool
 from agentrl.gcd.judge import judge_ids
@@ -52,17 +52,32 @@ def test_appended_turns_are_what_the_chat_template_renders(tiny_model_dir, templ
     assert tokenizer.decode(ids) == rendered
 
 
-def test_a_template_that_rewrites_earlier_turns_is_refused(tiny_model_dir):
-    """A template that renders a reply differently once another turn follows it (here: marks every
-    reply but the last): appended turns would not be what it renders, so full history refuses it."""
+CHATML_TURN = "{{ '<|im_start|>' + m['role'] + '\\n' + c + '<|im_end|>\\n' }}{% endfor %}" \
+              "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+REWRITING = {
+    # every reply but the last marked
+    "marks earlier replies": "{% for m in messages %}{% set c = m['content'] %}{% if m['role'] == 'assistant' "
+                             "and not loop.last %}{% set c = '(earlier) ' + c %}{% endif %}" + CHATML_TURN,
+    # as DeepSeek-R1's: a reply's reasoning never rendered
+    "drops all reasoning": "{% for m in messages %}{% set c = m['content'] %}{% if m['role'] == 'assistant' "
+                           "%}{% set c = c.split('</think>')[-1] %}{% endif %}" + CHATML_TURN,
+    # as Qwen3's thinking templates: the reasoning of replies before the last user turn dropped
+    "drops earlier reasoning": "{% set ns = namespace(last=0) %}{% for m in messages %}{% if m['role'] == 'user' %}"
+                               "{% set ns.last = loop.index0 %}{% endif %}{% endfor %}"
+                               "{% for m in messages %}{% set c = m['content'] %}{% if m['role'] == 'assistant' "
+                               "and loop.index0 < ns.last %}{% set c = c.split('</think>')[-1] %}{% endif %}"
+                               + CHATML_TURN,
+}
+
+
+@pytest.mark.parametrize("rewrite", sorted(REWRITING))
+def test_a_template_that_rewrites_earlier_turns_is_refused(tiny_model_dir, rewrite):
+    """A template that renders a reply otherwise once another turn follows it: appended turns would
+    not be what it renders, so full history refuses it before any episode, naming the setting."""
     tokenizer = load_tokenizer(tiny_model_dir)
-    tokenizer.chat_template = (
-        "{% for m in messages %}{% set c = m['content'] %}"
-        "{% if m['role'] == 'assistant' and not loop.last %}{% set c = '(earlier) ' + c %}{% endif %}"
-        "{{ '<|im_start|>' + m['role'] + '\\n' + c + '<|im_end|>\\n' }}{% endfor %}"
-        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
-    with pytest.raises(ValueError, match="rewrites earlier turns"):
-        ChatTurns(tokenizer).user("Observation: a kitchen.")
+    tokenizer.chat_template = REWRITING[rewrite]
+    with pytest.raises(ConfigError, match=r"prompt\.full_history: its chat template renders an earlier reply"):
+        ChatTurns(tokenizer)
 
 
 def test_the_sampled_tokens_are_kept_not_re_tokenized(tiny_model_dir):
@@ -291,7 +306,8 @@ def test_rl_trains_the_gcd_judge_on_full_history_episodes(tiny_model_dir, tmp_pa
 
 def test_each_state_prompt_is_built_once(tiny_model_dir):
     """With a context to check against, the prompt the check builds is the one sampled: the chat
-    template renders each step's prompt once (and once more when the rules are made)."""
+    template renders each step's prompt once (and twice when the rules are made: the probe reply,
+    then the probe with a turn after it)."""
     tokenizer = load_tokenizer(tiny_model_dir)
     sampler, render = HFSampler(load_model(tiny_model_dir), tokenizer), tokenizer.apply_chat_template
     sampler.context_length, renders = 100_000, []
@@ -301,7 +317,7 @@ def test_each_state_prompt_is_built_once(tiny_model_dir):
         trajectories = collect(pool, sampler, tokenizer, ["train-3", "train-8"], 2, FULL,
                                SamplingConfig(temperature=1.0, max_new_tokens=8))
     assert sum(len(t.steps) for t in trajectories) > 4
-    assert len(renders) == 1 + sum(len(t.steps) for t in trajectories)
+    assert len(renders) == 2 + sum(len(t.steps) for t in trajectories)
 
 
 def test_an_episode_ends_where_its_next_turn_would_pass_the_context(tiny_model_dir):

@@ -49,17 +49,35 @@ class ChatTurns:
     a prompt is the previous prompt, the tokens sampled for its response (never re-tokenized), the
     rest of the chat template's end of an assistant turn, then the next user turn with the
     assistant's turn opened. Both pieces are the text the template puts there, found once by
-    rendering a probe conversation."""
+    rendering a probe conversation. A template that renders a reply otherwise once a turn follows it
+    (Qwen3's and DeepSeek-R1's drop its reasoning) is refused: the appended turns would not be what
+    it renders, and a model trained on them would meet other prompts when served through it."""
 
     PROBE = "\x00probe\x00"
+    REPLY = f"<think>{PROBE}</think>{PROBE}"
+    """The probe reply: a reasoning block, then the rest, as the agent's replies are."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
-        turns = [{"role": "user", "content": "u"}, {"role": "assistant", "content": self.PROBE}]
-        self.head = tokenizer.apply_chat_template(turns, tokenize=False)
-        self.closing = self.head[self.head.rindex(self.PROBE) + len(self.PROBE):]
-        """The template's text after an assistant message (e.g. "<|im_end|>\n")."""
         self.special = set(tokenizer.all_special_ids)
+        self.head = tokenizer.apply_chat_template(self._probe(), tokenize=False)
+        if self.REPLY not in self.head:
+            raise self._refused(tokenizer)
+        self.closing = self.head[self.head.rindex(self.REPLY) + len(self.REPLY):]
+        """The template's text after an assistant message (e.g. "<|im_end|>\n")."""
+        self.user("u")  # refused here, before any episode is played, if a next turn rewrites the reply
+
+    def _probe(self, *then: str) -> list[dict]:
+        return [{"role": "user", "content": "u"}, {"role": "assistant", "content": self.REPLY},
+                *({"role": "user", "content": text} for text in then)]
+
+    @staticmethod
+    def _refused(tokenizer):
+        from agentrl.config import ConfigError  # the config imports this module
+        return ConfigError(f"{tokenizer.name_or_path}: prompt.full_history: its chat template renders an "
+                           "earlier reply otherwise once a turn follows it (Qwen3's and DeepSeek-R1's drop its "
+                           "reasoning), so appended turns would not be what it renders; give the model a template "
+                           "that keeps replies as given, or set prompt.full_history=false")
 
     def first(self, text: str) -> list[int]:
         return encode_prompt(self.tokenizer, text)
@@ -75,11 +93,9 @@ class ChatTurns:
 
     def user(self, text: str) -> list[int]:
         """A user turn after an assistant turn, the assistant's next turn opened."""
-        turns = [{"role": "user", "content": "u"}, {"role": "assistant", "content": self.PROBE},
-                 {"role": "user", "content": text}]
-        full = self.tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+        full = self.tokenizer.apply_chat_template(self._probe(text), tokenize=False, add_generation_prompt=True)
         if not full.startswith(self.head):
-            raise ValueError("prompt.full_history: this chat template rewrites earlier turns when one is added")
+            raise self._refused(self.tokenizer)
         return self.tokenizer(full[len(self.head):], add_special_tokens=False).input_ids
 
     def next(self, prompt_ids: list[int], response_ids: list[int], text: str) -> list[int]:

@@ -69,8 +69,9 @@ class PromptConfig(Section):
     (history "(none)"), each later one the previous prompt, the tokens sampled for its response and
     a user turn of `turn_template`, so a step's prompt holds every earlier turn exactly as it was
     sampled and one episode's steps share their leading tokens (with `rl.pack_prefixes`, an
-    episode's update computes its turns once). False: each step's prompt is `template` alone,
-    with the last `history_length` steps."""
+    episode's update computes its turns once). A model whose chat template renders an earlier reply
+    otherwise once a turn follows it (Qwen3's and DeepSeek-R1's drop its reasoning) is refused. False:
+    each step's prompt is `template` alone, with the last `history_length` steps."""
     turn_template: str = DEFAULT_TURN_TEMPLATE
     """With `full_history`: a user turn after the first; placeholders as `template`'s."""
     require_think: bool = True
