@@ -1,4 +1,9 @@
-"""Errors of a run (as opposed to `agentrl.config.ConfigError`, errors of its input)."""
+"""The errors the CLI reports in one line, without a traceback."""
+
+
+class ConfigError(ValueError):
+    """Wrong input from the user (a recipe, an override, a path, a model): the CLI exits 2 with its
+    message, which names the file and field. Raised as `agentrl.config.ConfigError` too."""
 
 
 class RunError(RuntimeError):

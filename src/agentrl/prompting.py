@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
+from agentrl.errors import ConfigError
 from agentrl.files import write_atomic
 
 if TYPE_CHECKING:
@@ -73,7 +74,6 @@ class ChatTurns:
 
     @staticmethod
     def _refused(tokenizer):
-        from agentrl.config import ConfigError  # the config imports this module
         return ConfigError(f"{tokenizer.name_or_path}: prompt.full_history: its chat template renders an "
                            "earlier reply otherwise once a turn follows it (Qwen3's and DeepSeek-R1's drop its "
                            "reasoning), so appended turns would not be what it renders; give the model a template "

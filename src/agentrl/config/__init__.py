@@ -22,7 +22,6 @@ from agentrl.config.rl import (
     RolloutConfig,
 )
 from agentrl.config.sections import (
-    ConfigError,
     DaggerConfig,
     EvalConfig,
     ModelConfig,
@@ -33,6 +32,7 @@ from agentrl.config.sections import (
     SFTConfig,
     TinyModelConfig,
 )
+from agentrl.errors import ConfigError
 from agentrl.registry import ACTORS, ENVIRONMENTS
 
 __all__ = ["Config", "ConfigError", "DaggerConfig", "EnvPoolConfig", "EvalConfig", "ModelConfig", "OptimConfig",

@@ -15,10 +15,6 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
 
-class ConfigError(ValueError):
-    pass
-
-
 class ModelConfig(Section):
     path: str | None = None
     """A Hugging Face causal LM: a local folder or a hub id. None with an `init` section: the
