@@ -11,7 +11,7 @@ mkdir -p "$(dirname "$LOG")"
 export OMP_NUM_THREADS=2
 for seed in "$@"; do
     dest=benchmarks/results/alfworld-full/full/seed$seed
-    if [ -f "$dest/phases.json" ]; then
+    if [ -d "$dest" ]; then
         echo "$(date -u +%FT%TZ) seed $seed: archived already" >> "$LOG"
         continue
     fi

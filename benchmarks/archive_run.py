@@ -26,6 +26,10 @@ def slim(src: Path, dst: Path) -> None:
             out.write(json.dumps(episode) + "\n")
 
 
+def is_trajectory(rel: Path) -> bool:
+    return rel.name.startswith("trajectories_") and rel.suffix == ".jsonl"
+
+
 def kept(run: Path, rel: Path) -> bool:
     """Whether the file at `rel` in `run` is archived: records, results and trajectories, no models."""
     name = rel.as_posix()
@@ -33,27 +37,31 @@ def kept(run: Path, rel: Path) -> bool:
         return False
     if name in KEPT or rel.name == "results.json" or name == "rl/logs/metrics.jsonl":
         return True
-    if rel.name.startswith("trajectories_") and rel.suffix == ".jsonl":
+    if is_trajectory(rel):
         # eval/rl plays the same games as the RL run's last evaluation, kept under rl/eval
         return rel.parts[:2] != ("eval", "rl") or not any((run / "rl" / "eval").glob("step_*"))
     return False
 
 
 def archive(run: Path, dest: Path) -> list[Path]:
-    if not (run / "phases.json").is_file():
-        raise SystemExit(f"{run}: no phases.json: not a finished pipeline run")
+    """Copies into `dest`, which appears under its name only when complete."""
+    if not (run / "config.yaml").is_file():  # the pipeline writes it when every phase is done
+        raise SystemExit(f"{run}: no config.yaml: not a finished pipeline run")
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
     written = []
     for path in sorted(run.rglob("*")):
         rel = path.relative_to(run)
         if not path.is_file() or not kept(run, rel):
             continue
-        target = dest / rel
+        target = tmp / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        if rel.suffix == ".jsonl" and rel.name.startswith("trajectories_"):
+        if is_trajectory(rel):
             slim(path, target)
         else:
             shutil.copyfile(path, target)
-        written.append(target)
+        written.append(dest / rel)
+    tmp.rename(dest)
     return written
 
 
