@@ -1,0 +1,59 @@
+"""How an agent moves, from kept evaluation trajectories: per split, the episodes, the share won,
+moves per episode, and three shares of moves: the previous move again (the evaluation's
+`repeated_rate`), any earlier move of the episode again, and, of the `go to` moves, those to a
+place the episode has already gone to; for all episodes, then the won and the lost apart (a lost
+episode runs to the step limit, so an agent that loses more revisits more overall even where it
+moves as the other does within each outcome). Reads the files the archives keep; no model, no
+engine.
+
+    python benchmarks/revisits.py full=benchmarks/results/alfworld-full/full/seed0/rl/eval/step_000015 \
+        notebook-sft=benchmarks/results/alfworld-seeds/grpo/seed0/eval/sft
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def move_stats(path: Path, outcome: bool | None = None) -> dict[str, float]:
+    """Over the episodes of `path` whose success is `outcome` (None: all)."""
+    episodes = won = moves = previous = earlier = gos = revisits = 0
+    for line in path.open():
+        episode = json.loads(line)
+        if outcome is not None and bool(episode["success"]) != outcome:
+            continue
+        episodes += 1
+        won += bool(episode["success"])
+        actions = [s["action"] for s in episode["steps"] if s["action"] is not None]
+        moves += len(actions)
+        previous += sum(a == b for a, b in zip(actions, actions[1:]))
+        earlier += sum(a in actions[:i] for i, a in enumerate(actions))
+        places = [a for a in actions if a.startswith("go to ")]
+        gos += len(places)
+        revisits += sum(a in places[:i] for i, a in enumerate(places))
+    return {"episodes": episodes, "won": won / max(episodes, 1), "moves": moves / max(episodes, 1),
+            "previous": previous / max(moves, 1), "earlier": earlier / max(moves, 1),
+            "revisits": revisits / max(gos, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="NAME=DIR, DIR holding trajectories_<split>.jsonl")
+    args = parser.parse_args()
+    print("| run | split | episodes | won | moves / episode | previous move again | an earlier move again | go-to revisits |")
+    print("|---|---|---|---|---|---|---|---|")
+    outcomes = {"all": None, "won": True, "lost": False}
+    for spec in args.runs:
+        name, _, folder = spec.partition("=")
+        for path in sorted(Path(folder).glob("trajectories_*.jsonl")):
+            split = path.stem.removeprefix("trajectories_")
+            for label, outcome in outcomes.items():
+                s = move_stats(path, outcome)
+                print(f"| {name} | {split} {label} | {s['episodes']} | {s['won']:.1%} | {s['moves']:.1f} "
+                      f"| {s['previous']:.1%} | {s['earlier']:.1%} | {s['revisits']:.1%} |")
+
+
+if __name__ == "__main__":
+    main()
