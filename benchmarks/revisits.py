@@ -1,7 +1,8 @@
 """How an agent moves, from kept evaluation trajectories: per split, the episodes, the share won,
 moves per episode, and three shares of moves: the previous move again (the evaluation's
 `repeated_rate`), any earlier move of the episode again, and, of the `go to` moves, those to a
-place the episode has already gone to; for all episodes, then the won and the lost apart (a lost
+place the episode has already gone to; and the share of episodes that take an object of another
+type than the task names (read from an ALFWorld task id, `<type>-<Object>-...`); for all episodes, then the won and the lost apart (a lost
 episode runs to the step limit, so an agent that loses more revisits more overall even where it
 moves as the other does within each outcome). Reads the files the archives keep; no model, no
 engine.
@@ -17,9 +18,16 @@ import json
 from pathlib import Path
 
 
+def task_object(task_id: str) -> str | None:
+    """The object an ALFWorld task names (`valid_seen/pick_and_place_simple-Candle-None-Toilet-429/trial_...`
+    gives `candle`), or None for another kind of id."""
+    parts = task_id.split("/")[1].split("-") if task_id.count("/") >= 1 else []
+    return parts[1].lower() if len(parts) >= 5 else None
+
+
 def move_stats(path: Path, outcome: bool | None = None) -> dict[str, float]:
     """Over the episodes of `path` whose success is `outcome` (None: all)."""
-    episodes = won = moves = previous = earlier = gos = revisits = 0
+    episodes = won = moves = previous = earlier = gos = revisits = wrong_takes = 0
     for line in path.open():
         episode = json.loads(line)
         if outcome is not None and bool(episode["success"]) != outcome:
@@ -33,17 +41,20 @@ def move_stats(path: Path, outcome: bool | None = None) -> dict[str, float]:
         places = [a for a in actions if a.startswith("go to ")]
         gos += len(places)
         revisits += sum(a in places[:i] for i, a in enumerate(places))
+        target = task_object(episode["task_id"])
+        wrong_takes += target is not None and any(a.startswith("take ") and a.split(" ")[1] != target for a in actions)
     return {"episodes": episodes, "won": won / max(episodes, 1), "moves": moves / max(episodes, 1),
             "previous": previous / max(moves, 1), "earlier": earlier / max(moves, 1),
-            "revisits": revisits / max(gos, 1)}
+            "revisits": revisits / max(gos, 1), "wrong_takes": wrong_takes / max(episodes, 1)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="NAME=DIR, DIR holding trajectories_<split>.jsonl")
     args = parser.parse_args()
-    print("| run | split | episodes | won | moves / episode | previous move again | an earlier move again | go-to revisits |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| run | split | episodes | won | moves / episode | previous move again | an earlier move again "
+          "| go-to revisits | episodes taking another object |")
+    print("|---|---|---|---|---|---|---|---|---|")
     outcomes = {"all": None, "won": True, "lost": False}
     for spec in args.runs:
         name, _, folder = spec.partition("=")
@@ -52,7 +63,7 @@ def main() -> None:
             for label, outcome in outcomes.items():
                 s = move_stats(path, outcome)
                 print(f"| {name} | {split} {label} | {s['episodes']} | {s['won']:.1%} | {s['moves']:.1f} "
-                      f"| {s['previous']:.1%} | {s['earlier']:.1%} | {s['revisits']:.1%} |")
+                      f"| {s['previous']:.1%} | {s['earlier']:.1%} | {s['revisits']:.1%} | {s['wrong_takes']:.1%} |")
 
 
 if __name__ == "__main__":
