@@ -2,10 +2,10 @@
 moves per episode, and three shares of moves: the previous move again (the evaluation's
 `repeated_rate`), any earlier move of the episode again, and, of the `go to` moves, those to a
 place the episode has already gone to; and the share of episodes that take an object of another
-type than the task names (read from an ALFWorld task id, `<type>-<Object>-...`); for all episodes, then the won and the lost apart (a lost
-episode runs to the step limit, so an agent that loses more revisits more overall even where it
-moves as the other does within each outcome). Reads the files the archives keep; no model, no
-engine.
+type than the task names (read from an ALFWorld task id, `<type>-<Object>-...`). For all
+episodes, then the won and the lost apart (a lost episode runs to the step limit, so an agent that
+loses more revisits more overall even where it moves as the other does within each outcome).
+Reads the files the archives keep; no model, no engine.
 
     python benchmarks/revisits.py full=benchmarks/results/alfworld-full/full/seed0/rl/eval/step_000015 \
         notebook-sft=benchmarks/results/alfworld-seeds/grpo/seed0/eval/sft
@@ -19,7 +19,7 @@ from pathlib import Path
 
 
 def task_object(task_id: str) -> str | None:
-    """The object an ALFWorld task names (`valid_seen/pick_and_place_simple-Candle-None-Toilet-429/trial_...`
+    """The object an ALFWorld task names (`valid_seen/pick_and_place_simple-Candle-None-Toilet-429/...`
     gives `candle`), or None for another kind of id."""
     parts = task_id.split("/")[1].split("-") if task_id.count("/") >= 1 else []
     return parts[1].lower() if len(parts) >= 5 else None
@@ -42,7 +42,8 @@ def move_stats(path: Path, outcome: bool | None = None) -> dict[str, float]:
         gos += len(places)
         revisits += sum(a in places[:i] for i, a in enumerate(places))
         target = task_object(episode["task_id"])
-        wrong_takes += target is not None and any(a.startswith("take ") and a.split(" ")[1] != target for a in actions)
+        wrong_takes += target is not None and any(a.startswith("take ") and a.split(" ")[1] != target
+                                                  for a in actions)
     return {"episodes": episodes, "won": won / max(episodes, 1), "moves": moves / max(episodes, 1),
             "previous": previous / max(moves, 1), "earlier": earlier / max(moves, 1),
             "revisits": revisits / max(gos, 1), "wrong_takes": wrong_takes / max(episodes, 1)}
