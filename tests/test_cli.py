@@ -427,6 +427,16 @@ def test_a_phase_is_reused_only_with_its_output_and_a_redo_forgets_its_old_recor
     assert not Phases(tmp_path, print).reusable("sft", {"sft.lr": 1e-3}, True)
 
 
+def test_a_setting_the_record_has_and_the_settings_now_lack_is_a_change(tmp_path):
+    """A plugin dropped from `imports` leaves its `plugin <spec>` in the record and not in the
+    settings now: the phase is redone, naming it (only a setting no phase depends on any more,
+    `UNRECORDED_SINCE`, is let go: test_a_setting_added_since_at_its_old_behaviour_keeps_a_phase)."""
+    said = []
+    Phases(tmp_path, said.append).complete("rl", {"rl.steps": 3, "plugin my_env.py": "0123456789abcdef"})
+    assert not Phases(tmp_path, said.append).reusable("rl", {"rl.steps": 3}, True)
+    assert said[-1] == "rl: settings changed (plugin my_env.py: 0123456789abcdef -> (unset)), redoing"
+
+
 def test_a_setting_added_since_at_its_old_behaviour_keeps_a_phase(tmp_path):
     """A phase recorded before a setting existed is reused while the new setting does what runs
     did before it (None, or its `OLD_BEHAVIOUR` value; ALFWorld's init redid itself, naming no
@@ -526,6 +536,36 @@ def test_what_an_rl_run_depends_on_outside_the_pipeline(tmp_path):
     deciding = {"seed", "model.dtype"} | {k for k in leaves if k.startswith(("env.", "prompt.", "sampling.", "rl."))
                                           and not any(k == c or k.startswith(c + ".") for c in CONTINUABLE["rl"])}
     assert set(rl_settings(config)) == deciding, set(rl_settings(config)) ^ deciding  # a continuable one neither
+
+
+def test_what_sft_on_given_data_depends_on(tmp_path, tiny_model_dir):
+    """SFT on a given `sft.data` is redone when the file is rewritten under its name (its size and
+    time are part of the settings), and, with DAgger's rounds (they play in the environment with
+    the prompt), when any environment or prompt setting changes: every one is part of SFT's
+    settings, with the seed and the sft section less the continuable settings."""
+    import os
+
+    from agentrl.pipeline import SFT_CONTINUABLE, _until_sft
+    from agentrl.provenance import flatten
+    from agentrl.recipe import load_config
+
+    data = tmp_path / "data.jsonl"
+    path = recipe(tmp_path, init=None, model={"path": str(tiny_model_dir)}, eval={"episodes": 2, "initial": False},
+                  sft={"data": str(data), "epochs": 1, "dagger": {"rounds": 1, "episodes": 2}})
+    config = load_config(path)
+
+    def settings(stamp: int) -> dict:
+        data.write_text('{"messages": []}\n')
+        os.utime(data, ns=(stamp, stamp))
+        return _until_sft(config, restart=False)["sft_settings"]
+
+    first, rewritten = settings(1_000_000_000), settings(2_000_000_000)
+    assert {k for k in first if first[k] != rewritten[k]} == {"sft.data.fingerprint"}
+    leaves = flatten(config.model_dump(mode="json"))
+    deciding = {"seed"} | {k for k in leaves if k.startswith("sft.") and k not in SFT_CONTINUABLE} | \
+        {f"dagger.{k}" for k in leaves if k.startswith(("env.", "prompt."))}
+    assert deciding <= set(first), deciding - set(first)
+    assert not set(SFT_CONTINUABLE) & set(first)
 
 
 def test_a_model_command_warns_of_bf16_on_a_cpu_that_computes_it_slowly(tmp_path, capsys):

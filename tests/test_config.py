@@ -168,7 +168,7 @@ ADDED_SINCE = {  # (section, its type or None for any, field): fields added afte
     ("sampling", None, "retries"): 0, ("eval.sampling", None, "retries"): 0, ("rl.aux.0.sampling", None, "retries"): 0,
     ("sft.dagger", None, "sampling"): {"temperature": 0.4, "top_p": 1.0, "max_new_tokens": 48, "retries": 0},
     ("rl", None, "balance_task_types"): False, ("rl", None, "train_task_types"): None,
-    ("init", None, "context_length"): 4096,
+    ("init", None, "context_length"): 4096, ("env", "latency", "expert_median_s"): 0.0,
 }
 RECIPE_SETS_SINCE = {"demo.yaml": {("rl", "mini_batch_order"): "grouped"}}  # an added field a recipe sets
 VARIANTS = {  # demo-NAME.yaml: recipes/demo.yaml with these overrides

@@ -1,3 +1,5 @@
+import pytest
+
 from agentrl.config import EnvPoolConfig
 from agentrl.envs.household.env import HouseholdEnvConfig
 from agentrl.envs.pool import EnvPool
@@ -108,21 +110,24 @@ def test_a_message_sent_later_does_not_extend_the_one_in_flight():
         assert answers[0] is None and time.monotonic() - start < 2.5
         assert pool.faults[0].startswith("worker 0 did not answer a step of 1 environment(s)")
 
-def test_a_tried_move_is_timed_and_named_by_the_step_limit():
-    """`sampling.retries` tries moves (`try`): a hung one times out by rl.env_pool.step_timeout_s,
-    the setting its fault names, not by the far longer reset limit."""
+@pytest.mark.parametrize("command", ["try", "expert"])
+def test_a_tried_move_or_expert_question_is_timed_and_named_by_the_step_limit(command):
+    """`sampling.retries` tries moves (`try`), DAgger asks the expert (`expert`): a hung one times
+    out by rl.env_pool.step_timeout_s, the setting its fault names, not by the far longer reset limit."""
     import time
 
     from agentrl.envs.latency import LatencyEnvConfig
 
-    hung = LatencyEnvConfig(step_median_s=10.0, step_sigma=0.0)
+    hung = LatencyEnvConfig(step_median_s=10.0, step_sigma=0.0) if command == "try" else \
+        LatencyEnvConfig(step_median_s=0.0, step_sigma=0.0, expert_median_s=10.0)
     with EnvPool(hung, EnvPoolConfig(workers=1, step_timeout_s=0.5, reset_timeout_s=30.0)) as pool:
         observations = pool.reset({0: "train-0"})
         start = time.monotonic()
-        assert pool.step({0: observations[0].admissible_actions[0]}, tentative=frozenset({0})) == {0: None}
-        assert time.monotonic() - start < 5.0
-        assert pool.faults == ["worker 0 did not answer a try of 1 environment(s) within the time limit "
-                               "(rl.env_pool.step_timeout_s = 0.5 each)"]
+        ask = pool.expert([0]) if command == "expert" else \
+            pool.step({0: observations[0].admissible_actions[0]}, tentative=frozenset({0}))
+        assert ask == {0: None} and time.monotonic() - start < 5.0
+        assert pool.faults == [f"worker 0 did not answer a{'n' * (command == 'expert')} {command} of 1 environment(s) "
+                               "within the time limit (rl.env_pool.step_timeout_s = 0.5 each)"]
 
 
 def test_a_worker_dead_with_a_message_in_flight_fails_that_and_the_next_at_once():
@@ -313,18 +318,21 @@ def test_start_failures_count_in_a_row_and_an_answer_starts_the_count_again():
         assert len(pool.faults) == 2 * (START_FAILURES - 1)
 
 
-def test_a_hung_worker_is_failed_at_its_own_deadline_not_at_a_later_ones():
+@pytest.mark.parametrize("short", [0, 1])
+def test_a_hung_worker_is_failed_at_its_own_deadline_not_at_a_later_ones(short):
     """Two workers hang, one on a step of 1 environment (0.5 s allowed), the other on 4 (2 s): the
-    first is failed and its episode answered at 0.5 s, without waiting for the other's limit."""
+    first is failed and its episode answered at 0.5 s, without waiting for the other's limit,
+    whichever of the two workers it is."""
     import time
 
     from agentrl.envs.latency import LatencyEnvConfig
 
     hung = LatencyEnvConfig(step_median_s=10.0, step_sigma=0.0)
     with EnvPool(hung, EnvPoolConfig(workers=2, step_timeout_s=0.5)) as pool:  # slot i in worker i % 2
-        slots = [0, 1, 3, 5, 7]
+        long = 1 - short
+        slots = [short, long, long + 2, long + 4, long + 6]
         observations = pool.reset({slot: f"train-{slot % 3}" for slot in slots})
         start = time.monotonic()
         pool.submit("step", {slot: observations[slot].admissible_actions[0] for slot in slots})
-        assert pool.receive() == {0: None} and time.monotonic() - start < 1.5
+        assert pool.receive() == {short: None} and time.monotonic() - start < 1.5
         assert pool.receive() == {slot: None for slot in slots[1:]}

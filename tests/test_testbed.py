@@ -45,7 +45,7 @@ def test_each_knob_sets_what_it_says_on_every_split(split):
         assert len(corridor.rooms) == rooms and env.task_type(task_id) == f"corridor_{rooms}"
         assert corridor.key_room == rooms - 1 - 2  # `delay` rooms between the key's room and the chest's
         assert len(corridor.keys) == 3 and corridor.goal in corridor.keys
-        assert env.limit == rooms + 5 + 1
+        assert env.limit == rooms + 5 + 1 and env.max_steps == 6 + 3 + 5 + 1  # the pool's bound: L2's limit
         for room, (doors, way, hint, objects) in enumerate(corridor.rooms):
             assert len(set(doors)) == 3 and way in doors and len(set(objects)) == 2
             assert env.room == room and obs.text.startswith(f"You are in room {room + 1}.")

@@ -317,8 +317,9 @@ class EnvPool:
             for worker in busy:
                 if self._queue[worker] and now >= self._deadline(worker):
                     command, slots = self._queue[worker][0]
-                    self._fail(worker, f"did not answer a {command} of {len(slots)} environment(s) within the time "
-                                       f"limit (rl.env_pool.{TIME_LIMITS[command]} = {self.timeouts[command]:g} each)")
+                    article = "an" if command == "expert" else "a"
+                    self._fail(worker, f"did not answer {article} {command} of {len(slots)} environment(s) within the "
+                                       f"time limit (rl.env_pool.{TIME_LIMITS[command]} = {self.timeouts[command]:g} each)")
             if errors:
                 raise WorkerEnvError(f"an environment failed in a worker:\n{errors[0]}")
             if wait_until is not None and now >= wait_until and not self._arrived:

@@ -1,7 +1,7 @@
 """Another environment behind a simulated latency (studying rollout scheduling apart from engines).
 
-Every reset and step first sleeps a log-normal time: median `*_median_s`, shape `*_sigma`
-(0: constant), capped at `max_s`. The delays are drawn from an unseeded generator: they change
+Every reset, step and expert's answer (DAgger's labels) first sleeps a log-normal time: median
+`*_median_s`, shape `*_sigma` (the expert's: `step_sigma`; 0: constant), capped at `max_s`. The delays are drawn from an unseeded generator: they change
 when things happen, never what happens, so results stay those of the wrapped environment.
 """
 
@@ -20,7 +20,7 @@ from agentrl.registry import ENVIRONMENTS
 
 
 class LatencyEnvConfig(Section):
-    """Another environment behind a simulated log-normal latency per reset and step (for
+    """Another environment behind a simulated log-normal latency per reset, step and expert answer (for
     studying rollout scheduling; results are the wrapped environment's)."""
 
     type: Literal["latency"] = "latency"
@@ -35,6 +35,8 @@ class LatencyEnvConfig(Section):
     """Median delay of a reset (0: none)."""
     reset_sigma: float = Field(0.0, ge=0)
     """Log-normal shape of the reset delay."""
+    expert_median_s: float = Field(0.0, ge=0)
+    """Median delay of the expert's answer (DAgger's labels; shaped by `step_sigma`)."""
     max_s: float = Field(10.0, gt=0)
     """Cap on any one delay."""
 
@@ -42,10 +44,11 @@ class LatencyEnvConfig(Section):
 @ENVIRONMENTS.register("latency", LatencyEnvConfig)
 class LatencyEnv:
     def __init__(self, inner, step_median_s: float = 0.05, step_sigma: float = 1.0, reset_median_s: float = 0.0,
-                 reset_sigma: float = 0.0, max_s: float = 10.0):
+                 reset_sigma: float = 0.0, expert_median_s: float = 0.0, max_s: float = 10.0):
         self.inner = make_env(inner)
         self.max_steps = self.inner.max_steps
-        self.delays = {"step": (step_median_s, step_sigma), "reset": (reset_median_s, reset_sigma)}
+        self.delays = {"step": (step_median_s, step_sigma), "reset": (reset_median_s, reset_sigma),
+                       "expert": (expert_median_s, step_sigma)}
         self.max_s = max_s
         self._rng = random.Random()
 
@@ -69,6 +72,7 @@ class LatencyEnv:
         return self.inner.task_type(task_id)
 
     def expert_action(self) -> tuple[str, str]:
+        self._wait("expert")
         return self.inner.expert_action()
 
     def close(self) -> None:
