@@ -1,8 +1,9 @@
 """Another environment behind a simulated latency (studying rollout scheduling apart from engines).
 
 Every reset, step and expert's answer (DAgger's labels) first sleeps a log-normal time: median
-`*_median_s`, shape `*_sigma` (the expert's: `step_sigma`; 0: constant), capped at `max_s`. The delays are drawn from an unseeded generator: they change
-when things happen, never what happens, so results stay those of the wrapped environment.
+`*_median_s`, shape `*_sigma` (the expert's: `step_sigma`; 0: constant), capped at `max_s`. The
+delays are drawn from an unseeded generator: they change when things happen, never what happens,
+so results stay those of the wrapped environment.
 """
 
 from __future__ import annotations
