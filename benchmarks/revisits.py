@@ -5,7 +5,10 @@ place the episode has already gone to; and the share of episodes that take an ob
 type than the task names (read from an ALFWorld task id, `<type>-<Object>-...`). For all
 episodes, then the won and the lost apart (a lost episode runs to the step limit, so an agent that
 loses more revisits more overall even where it moves as the other does within each outcome).
-Reads the files the archives keep; no model, no engine.
+A second table, over every split's episodes together: of the `take` moves, the share that take an
+object of another type, for the first take of an episode and by move number (whether an agent
+loses the task as its episode grows, or never reads it). Reads the files the archives keep; no
+model, no engine.
 
     python benchmarks/revisits.py full=benchmarks/results/alfworld-full/full/seed0/rl/eval/step_000015 \
         notebook-sft=benchmarks/results/alfworld-seeds/grpo/seed0/eval/sft
@@ -49,6 +52,30 @@ def move_stats(path: Path, outcome: bool | None = None) -> dict[str, float]:
             "revisits": revisits / max(gos, 1), "wrong_takes": wrong_takes / max(episodes, 1)}
 
 
+MOVE_BINS = ((1, 3), (4, 6), (7, 10), (11, 20), (21, 30))
+
+
+def take_stats(paths: list[Path]) -> dict[str, tuple[int, int]]:
+    """(takes of another type than the task names, takes) for each episode's first take and for
+    the takes at each range of move numbers of `MOVE_BINS`."""
+    counts = {"first": [0, 0], **{f"{a}-{b}": [0, 0] for a, b in MOVE_BINS}}
+    for path in paths:
+        for line in path.open():
+            episode = json.loads(line)
+            target = task_object(episode["task_id"])
+            actions = [s["action"] for s in episode["steps"] if s["action"] is not None]
+            takes = [(i, a.split(" ")[1] != target) for i, a in enumerate(actions, 1) if a.startswith("take ")]
+            if target is None or not takes:
+                continue
+            counts["first"][0] += takes[0][1]
+            counts["first"][1] += 1
+            for move, wrong in takes:
+                key = next(f"{a}-{b}" for a, b in MOVE_BINS if a <= move <= b)
+                counts[key][0] += wrong
+                counts[key][1] += 1
+    return {key: (wrong, n) for key, (wrong, n) in counts.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="NAME=DIR, DIR holding trajectories_<split>.jsonl")
@@ -65,6 +92,14 @@ def main() -> None:
                 s = move_stats(path, outcome)
                 print(f"| {name} | {split} {label} | {s['episodes']} | {s['won']:.1%} | {s['moves']:.1f} "
                       f"| {s['previous']:.1%} | {s['earlier']:.1%} | {s['revisits']:.1%} | {s['wrong_takes']:.1%} |")
+    print("\nTakes of an object of another type than the task names, every split: share (takes)\n")
+    print("| run | an episode's first take | " + " | ".join(f"moves {a}-{b}" for a, b in MOVE_BINS) + " |")
+    print("|---" * (len(MOVE_BINS) + 2) + "|")
+    for spec in args.runs:
+        name, _, folder = spec.partition("=")
+        cells = [f"{wrong / n:.0%} ({n})" if n else "- (0)"
+                 for wrong, n in take_stats(sorted(Path(folder).glob("trajectories_*.jsonl"))).values()]
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
