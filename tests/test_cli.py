@@ -49,6 +49,17 @@ def test_run_pipeline_end_to_end_and_rerun_skips_done_phases(tmp_path, capsys):
         assert all(0 <= r["success"] <= 1 and r["episodes"] == 2 for r in phase.values())
     assert (run / "config.yaml").exists() and (run / "sft" / "model" / "config.json").exists()
     assert (run / "rl" / "checkpoints").is_dir() and (run / "eval" / "sft" / "trajectories_l1.jsonl").exists()
+    # every evaluation's record holds every setting of the seed, env, prompt and eval sections but
+    # the guards (a changed prompt redoes each evaluation), by construction
+    from agentrl.pipeline import EVAL_GUARDS
+    from agentrl.provenance import flatten
+    from agentrl.recipe import load_config
+    leaves = flatten(load_config(path).model_dump(mode="json"))
+    deciding = {"seed"} | {k for k in leaves if k.startswith(("env.", "prompt.", "eval."))
+                           and not any(k == g or k.startswith(g + ".") for g in EVAL_GUARDS)}
+    records = json.loads((run / "phases.json").read_text())
+    for phase in ("eval initial", "eval sft", "eval rl"):
+        assert deciding <= set(records[phase]), (phase, deciding - set(records[phase]))
     out = capsys.readouterr().out
     assert "Success rate" in out
     assert re.search(r"SFT step (\d+)/\1  epoch 1  loss", out) and "RL step 1/1  success" in out  # a log's lines

@@ -87,6 +87,23 @@ def test_each_queued_message_is_timed_from_when_its_worker_begins_it():
                                "(rl.env_pool.step_timeout_s = 0.5 each)"]
 
 
+def test_receive_with_a_timeout_returns_at_it_while_a_worker_is_within_its_limit():
+    """Async rollouts poll the pool (`receive(timeout)`) between generations: the call returns at its
+    own timeout, empty, while a slow worker is still within its time limit, and does not wait for
+    that worker's answer or deadline."""
+    import time
+
+    from agentrl.envs.latency import LatencyEnvConfig
+
+    slow = LatencyEnvConfig(step_median_s=3.0, step_sigma=0.0)
+    with EnvPool(slow, EnvPoolConfig(workers=1, step_timeout_s=10.0)) as pool:
+        observations = pool.reset({0: "train-0"})
+        pool.submit("step", {0: observations[0].admissible_actions[0]})
+        start = time.monotonic()
+        assert pool.receive(0.3) == {} and time.monotonic() - start < 2.0
+        assert pool.receive()[0] is not None and not pool.faults
+
+
 def test_a_message_sent_later_does_not_extend_the_one_in_flight():
     """Async rollouts keep sending a worker moves while an earlier one hangs: the hung one times out
     by its own clock, from when the worker began it, however many are sent after it."""

@@ -49,6 +49,8 @@ def test_each_knob_sets_what_it_says_on_every_split(split):
         for room, (doors, way, hint, objects) in enumerate(corridor.rooms):
             assert len(set(doors)) == 3 and way in doors and len(set(objects)) == 2
             assert env.room == room and obs.text.startswith(f"You are in room {room + 1}.")
+            assert ("go back" in obs.admissible_actions) == (room > 0)  # no way back from the first room
+            assert (f"You carry the {corridor.goal} key." in obs.text) == (room > corridor.key_room)
             shown = [a for a in obs.admissible_actions if a.startswith(("go through", "examine", "take"))]
             last = room == rooms - 1
             assert len(shown) == (0 if last else 3) + 2 + (3 if room == corridor.key_room else 0)
@@ -105,6 +107,21 @@ def test_distractors_and_dead_ends_revisit_the_same_state():
     assert env.step(wrong).observation.text == "A dead end. The only way is back."
     assert env.step("go back").observation.anchor == obs.anchor  # exactly the state left
     assert env.step(way).progress is True
+
+
+def test_the_expert_turns_back_for_a_key_left_behind():
+    """Walked past the key's room without the key (DAgger's rounds visit such states), the expert
+    goes back to it and takes the key of the task's chest."""
+    env = testbed.TestbedEnv(horizon=5, delay=2, hint_rate=1.0)
+    env.reset("train-1")
+    corridor = env.corridor
+    while env.room < len(corridor.rooms) - 1:  # straight on, past the keys
+        env.step(f"go through {corridor.rooms[env.room][1]} door")
+    moves = []
+    while len(moves) < 10 and not (moves and moves[-1].startswith("take")):
+        moves.append(env.expert_action()[1])
+        env.step(moves[-1])
+    assert moves == ["go back"] * (len(corridor.rooms) - 1 - corridor.key_room) + [f"take {corridor.goal} key"]
 
 
 def test_hint_rate_hides_the_way_on():
