@@ -28,51 +28,63 @@ def task_object(task_id: str) -> str | None:
     return parts[1].lower() if len(parts) >= 5 else None
 
 
-def move_stats(path: Path, outcome: bool | None = None) -> dict[str, float]:
-    """Over the episodes of `path` whose success is `outcome` (None: all)."""
-    episodes = won = moves = previous = earlier = gos = revisits = wrong_takes = 0
+Episode = tuple[bool, str | None, list[str]]  # won, the object the task names, the moves
+
+
+def read(path: Path) -> list[Episode]:
+    episodes = []
     for line in path.open():
         episode = json.loads(line)
-        if outcome is not None and bool(episode["success"]) != outcome:
-            continue
-        episodes += 1
-        won += bool(episode["success"])
         actions = [s["action"] for s in episode["steps"] if s["action"] is not None]
+        episodes.append((bool(episode["success"]), task_object(episode["task_id"]), actions))
+    return episodes
+
+
+def takes(target: str | None, actions: list[str]) -> list[tuple[int, bool]]:
+    """(move number from 1, whether it takes an object of another type) for each `take` move of an
+    episode whose task names an object."""
+    if target is None:
+        return []
+    return [(i, a.split(" ")[1] != target) for i, a in enumerate(actions, 1) if a.startswith("take ")]
+
+
+def move_stats(episodes: list[Episode], outcome: bool | None = None) -> dict[str, float]:
+    """Over the episodes whose success is `outcome` (None: all)."""
+    n = won = moves = previous = earlier = gos = revisits = wrong_takes = 0
+    for success, target, actions in episodes:
+        if outcome is not None and success != outcome:
+            continue
+        n += 1
+        won += success
         moves += len(actions)
         previous += sum(a == b for a, b in zip(actions, actions[1:]))
         earlier += sum(a in actions[:i] for i, a in enumerate(actions))
         places = [a for a in actions if a.startswith("go to ")]
         gos += len(places)
         revisits += sum(a in places[:i] for i, a in enumerate(places))
-        target = task_object(episode["task_id"])
-        wrong_takes += target is not None and any(a.startswith("take ") and a.split(" ")[1] != target
-                                                  for a in actions)
-    return {"episodes": episodes, "won": won / max(episodes, 1), "moves": moves / max(episodes, 1),
+        wrong_takes += any(wrong for _, wrong in takes(target, actions))
+    return {"episodes": n, "won": won / max(n, 1), "moves": moves / max(n, 1),
             "previous": previous / max(moves, 1), "earlier": earlier / max(moves, 1),
-            "revisits": revisits / max(gos, 1), "wrong_takes": wrong_takes / max(episodes, 1)}
+            "revisits": revisits / max(gos, 1), "wrong_takes": wrong_takes / max(n, 1)}
 
 
 MOVE_BINS = ((1, 3), (4, 6), (7, 10), (11, 20), (21, 30))
 
 
-def take_stats(paths: list[Path]) -> dict[str, tuple[int, int]]:
+def take_stats(episodes: list[Episode]) -> dict[str, tuple[int, int]]:
     """(takes of another type than the task names, takes) for each episode's first take and for
     the takes at each range of move numbers of `MOVE_BINS`."""
     counts = {"first": [0, 0], **{f"{a}-{b}": [0, 0] for a, b in MOVE_BINS}}
-    for path in paths:
-        for line in path.open():
-            episode = json.loads(line)
-            target = task_object(episode["task_id"])
-            actions = [s["action"] for s in episode["steps"] if s["action"] is not None]
-            takes = [(i, a.split(" ")[1] != target) for i, a in enumerate(actions, 1) if a.startswith("take ")]
-            if target is None or not takes:
-                continue
-            counts["first"][0] += takes[0][1]
-            counts["first"][1] += 1
-            for move, wrong in takes:
-                key = next(f"{a}-{b}" for a, b in MOVE_BINS if a <= move <= b)
-                counts[key][0] += wrong
-                counts[key][1] += 1
+    for _, target, actions in episodes:
+        episode_takes = takes(target, actions)
+        if not episode_takes:
+            continue
+        counts["first"][0] += episode_takes[0][1]
+        counts["first"][1] += 1
+        for move, wrong in episode_takes:
+            key = next(f"{a}-{b}" for a, b in MOVE_BINS if a <= move <= b)
+            counts[key][0] += wrong
+            counts[key][1] += 1
     return {key: (wrong, n) for key, (wrong, n) in counts.items()}
 
 
@@ -84,21 +96,22 @@ def main() -> None:
           "| go-to revisits | episodes taking another object |")
     print("|---|---|---|---|---|---|---|---|---|")
     outcomes = {"all": None, "won": True, "lost": False}
+    runs = {}
     for spec in args.runs:
         name, _, folder = spec.partition("=")
-        for path in sorted(Path(folder).glob("trajectories_*.jsonl")):
-            split = path.stem.removeprefix("trajectories_")
+        runs[name] = {path.stem.removeprefix("trajectories_"): read(path)
+                      for path in sorted(Path(folder).glob("trajectories_*.jsonl"))}
+        for split, episodes in runs[name].items():
             for label, outcome in outcomes.items():
-                s = move_stats(path, outcome)
+                s = move_stats(episodes, outcome)
                 print(f"| {name} | {split} {label} | {s['episodes']} | {s['won']:.1%} | {s['moves']:.1f} "
                       f"| {s['previous']:.1%} | {s['earlier']:.1%} | {s['revisits']:.1%} | {s['wrong_takes']:.1%} |")
     print("\nTakes of an object of another type than the task names, every split: share (takes)\n")
     print("| run | an episode's first take | " + " | ".join(f"moves {a}-{b}" for a, b in MOVE_BINS) + " |")
     print("|---" * (len(MOVE_BINS) + 2) + "|")
-    for spec in args.runs:
-        name, _, folder = spec.partition("=")
-        cells = [f"{wrong / n:.0%} ({n})" if n else "- (0)"
-                 for wrong, n in take_stats(sorted(Path(folder).glob("trajectories_*.jsonl"))).values()]
+    for name, splits in runs.items():
+        every = [episode for episodes in splits.values() for episode in episodes]
+        cells = [f"{wrong / n:.0%} ({n})" if n else "- (0)" for wrong, n in take_stats(every).values()]
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
