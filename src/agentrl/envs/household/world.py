@@ -27,7 +27,6 @@ DISHES = ["mug", "cup", "plate", "bowl", "pan", "pot"]
 UTENSILS = ["knife", "spoon", "fork", "spatula", "ladle"]
 ITEMS = ["book", "pen", "pencil", "cellphone", "keychain", "creditcard", "watch", "cd",
          "remotecontrol", "vase", "statue", "alarmclock", "pillow", "laptop"]
-ALL_OBJECTS = FOOD + DISHES + UTENSILS + ITEMS
 
 TASK_OBJECTS = {
     "pick_and_place_simple": ITEMS + FOOD + DISHES,
