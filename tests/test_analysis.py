@@ -12,6 +12,7 @@ from agentrl.analysis.coupling import (
     influence_gap,
     one_step_influence,
     representation_separation,
+    response_logprob,
 )
 from agentrl.cli import main
 from agentrl.config import PromptConfig
@@ -35,6 +36,24 @@ def test_influence_raises_the_trained_sample_and_restores_the_model(tiny_model_d
     matrix = one_step_influence(model, tokenizer, PAIRS, lr=1e-3)
     assert matrix.shape == (3, 3) and (matrix.diagonal() > 0).all()
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_influence_rows_are_the_trained_sample_and_columns_the_measured_one(tiny_model_dir):
+    """Entry (i, j) is the change of log p(y_j | x_j) after one step on sample i, by hand; at a step
+    this large the matrix is far from symmetric, so rows and columns cannot be swapped unseen."""
+    model, tokenizer = load_model(tiny_model_dir), load_tokenizer(tiny_model_dir)
+    lr = 0.5
+    matrix = one_step_influence(model, tokenizer, PAIRS, lr=lr)
+    params = [p for p in model.parameters() if p.requires_grad]
+    with torch.no_grad():
+        before = response_logprob(model, tokenizer, PAIRS[2]).item()
+    grads = torch.autograd.grad(response_logprob(model, tokenizer, PAIRS[0]), params)
+    with torch.no_grad():
+        for p, g in zip(params, grads):
+            p.add_(g, alpha=lr)
+        after = response_logprob(model, tokenizer, PAIRS[2]).item()
+    assert matrix[0, 2].item() == pytest.approx(after - before, rel=1e-4, abs=1e-5)
+    assert abs(matrix[0, 2] - matrix[2, 0]).item() > 1e-3
 
 
 def test_gradient_similarity_of_a_set_with_itself_is_one(tiny_model_dir):
@@ -101,6 +120,8 @@ def test_analyze_cli_on_recorded_trajectories(tiny_model_dir, tmp_path):
     path = tmp_path / "trajectories_l0.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert len(read_trajectories(path)) == 6
+    ood = tmp_path / "trajectories_l2.jsonl"  # the same steps the other way round: another draw of pairs
+    ood.write_text("".join(json.dumps({**r, "steps": r["steps"][::-1]}) + "\n" for r in rows[::-1]))
 
     out = tmp_path / "coupling"
     assert main(["analyze", "coupling", "--model", str(tiny_model_dir), "--trajectories", str(path),
@@ -108,6 +129,11 @@ def test_analyze_cli_on_recorded_trajectories(tiny_model_dir, tmp_path):
     report = json.loads((out / "coupling.json").read_text())
     assert report["set_sizes"] == {"pos_id": 3, "neg_id": 3, "pos_ood": 3, "neg_ood": 3}
     assert report["gradient_cosine"]["pos_id|pos_ood"] == pytest.approx(1.0, abs=1e-5)  # same samples
+    assert main(["analyze", "coupling", "--model", str(tiny_model_dir), "--trajectories", str(path),
+                 "--ood", str(ood), "--out", str(tmp_path / "apart"), "--samples", "3", "--pairs", "4"]) == 0
+    apart = json.loads((tmp_path / "apart" / "coupling.json").read_text())["gradient_cosine"]
+    assert apart["pos_id|neg_id"] == report["gradient_cosine"]["pos_id|neg_id"]
+    assert apart["pos_ood|neg_ood"] != pytest.approx(report["gradient_cosine"]["pos_ood|neg_ood"], abs=1e-4)
     assert len(report["influence_matrix"]) == 4 and "influence_gap" in report and "separation" in report
     matrix = report["influence_matrix"]  # two good samples, then two bad
     across = [matrix[i][j] for i in range(4) for j in range(4) if (i < 2) != (j < 2)]

@@ -467,6 +467,12 @@ def test_a_setting_added_since_at_its_old_behaviour_keeps_a_phase(tmp_path):
     phases.complete("data", {"env.max_steps": 30})  # recorded before ScienceWorld had a notebook or teleports
     assert phases.reusable("data", {"env.max_steps": 30, "env.memory": False, "env.expert_teleports": False}, True)
     assert not phases.reusable("data", {"env.max_steps": 30, "env.memory": True, "env.expert_teleports": False}, True)
+    # DAgger's rounds record env and prompt again under `dagger.`: each added setting is kept there too.
+    added = {"env.memory": False, "env.expert_teleports": False, "env.reject_unparsed": False,
+             "env.failure_penalty": True, "env.expert_median_s": 0.0, "prompt.full_history": False}
+    phases.complete("labels 1", {"dagger.env.max_steps": 30})
+    assert phases.reusable("labels 1", {"dagger.env.max_steps": 30, **{f"dagger.{k}": v for k, v in added.items()}}, True)
+    assert not phases.reusable("labels 1", {"dagger.env.max_steps": 30, "dagger.env.memory": True}, True)
     phases.complete("data", {"env.max_steps": 30, "prompt.invalid_penalty": 0.1})  # before it was reward-only
     assert phases.reusable("data", {"env.max_steps": 30}, True)  # the expert data no longer depends on it
     phases.complete("rl", {"prompt.invalid_penalty": 0.1})

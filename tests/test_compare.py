@@ -380,7 +380,8 @@ def test_two_methods_two_seeds_end_to_end(good_model_dir, tmp_path, capsys):
     assert capsys.readouterr().out.count("run: done earlier with the same settings, reused") == 4
     assert {m: eval_stamps(m) for m in stamps} == stamps
     # One method's settings changed: its runs are trained and evaluated again, the other's reused.
-    assert main([*command[:-1], "mute:eval.sampling.max_new_tokens=3"]) == 0
+    # Fewer steps: the old runs' step-2 evaluations go with them (else the last one read is stale).
+    assert main([*command[:-1], "mute:eval.sampling.max_new_tokens=3;rl.steps=1"]) == 0
     assert capsys.readouterr().out.count("run: done earlier with the same settings, reused") == 2
     assert eval_stamps("good") == stamps["good"]
     assert min(eval_stamps("mute")) > max(stamps["mute"])
@@ -521,6 +522,7 @@ def test_runs_compared_on_the_episode_return_and_score(tmp_path, capsys):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["metric"] == "score" and summary["pairs"]["a - b"]["l0"]["difference"] == pytest.approx(15.0)
     assert summary["methods"]["a"]["l0"]["mean"] == pytest.approx((41 + 42) / 4)
+    assert "| a | 1, 2 | 20.5 / 21.0 |" in (tmp_path / "summary.md").read_text()  # per seed, in its own units
     assert "Score" in capsys.readouterr().out and "| a - b | L0 | 2 | 15.0 [15.0, 15.0]" in \
         (tmp_path / "summary.md").read_text()
     assert main(["compare", "--runs", str(tmp_path)]) == 0

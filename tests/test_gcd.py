@@ -56,8 +56,9 @@ def test_label_sources_follow_priority_and_selection_is_balanced():
     assert sum(x.label for x in chosen) == sum(not x.label for x in chosen) == 2
     assert balanced_selection([x for x in labelled if x.label], 30, random.Random(0)) == []
     many = label_steps([traj([f"s{i}" for i in range(12)], progress=[i % 2 == 0 for i in range(12)])], ["env"])
-    draws = {tuple(x.step.action for x in balanced_selection(many, 4, random.Random(seed))) for seed in range(6)}
-    assert len(draws) > 1  # a draw among the 6 good and 6 bad steps, not the first of each kind
+    draws = [balanced_selection(many, 4, random.Random(seed)) for seed in range(6)]
+    for label in (True, False):  # a draw among the 6 good and among the 6 bad steps, not the first of either kind
+        assert len({tuple(x.step.action for x in draw if x.label is label) for draw in draws}) > 1
 
 
 def test_verdict_parsing_and_voting():
@@ -417,6 +418,11 @@ def test_labels_per_source_on_a_hand_built_trajectory(judge_server):
     assert len(llm) == 2 and all(by_step[a] == (True, "llm") for a in llm)
     left = ({"a1", "a2", "a3"} - set(llm)).pop()
     assert by_step.get(left) == {"a1": None, "a2": (False, "env"), "a3": (True, "env")}[left]
+    # A judge that gives no verdict (cut before its tag) labels nothing: the next source decides.
+    mute = ExternalJudge(ChatEndpoint(judge_server, "tiny", None, 60), 2, 2, 0.0, 2)
+    unanswered = label_steps([t], ["rules", "llm", "env"], mute, external_budget=3, rng=random.Random(0))
+    assert {x.step.action: (x.label, x.source) for x in unanswered} == {
+        "a0": (False, "rules"), "a2": (False, "env"), "a3": (True, "env"), "a4": (True, "rules")}
 
 
 def test_correction_hint_is_in_training_prompts_after_a_refresh_and_never_in_evaluation(choice_model_dir, tmp_path):

@@ -335,6 +335,24 @@ def test_start_failures_count_in_a_row_and_an_answer_starts_the_count_again():
         assert len(pool.faults) == 2 * (START_FAILURES - 1)
 
 
+def test_hung_workers_are_replaced_every_time_not_counted_as_failed_starts():
+    """A worker that hangs before its first answer is killed at its time limit and replaced, however
+    often in a row: only one that exits before answering counts towards START_FAILURES (its cause,
+    a missing main guard, is what that error names)."""
+    from agentrl.envs.latency import LatencyEnvConfig
+    from agentrl.envs.pool import START_FAILURES
+
+    hung = LatencyEnvConfig(reset_median_s=5.0, step_median_s=0.0, step_sigma=0.0)
+    with EnvPool(hung, EnvPoolConfig(workers=1, reset_timeout_s=0.3)) as pool:
+        for n in range(1, START_FAILURES + 2):  # n environments: each fault says how many
+            assert pool.reset({slot: "train-0" for slot in range(n)}) == dict.fromkeys(range(n))
+        assert len(pool.faults) == START_FAILURES + 1 and all("did not answer a reset" in f for f in pool.faults)
+        # The error message names the most recent three.
+        last = "; ".join(f"worker 0 did not answer a reset of {n} environment(s) within the time limit "
+                         f"(rl.env_pool.reset_timeout_s = 0.3 each)" for n in range(START_FAILURES - 1, START_FAILURES + 2))
+        assert pool.fault_summary() == f"{START_FAILURES + 1} worker faults, the last: {last}"
+
+
 @pytest.mark.parametrize("short", [0, 1])
 def test_a_hung_worker_is_failed_at_its_own_deadline_not_at_a_later_ones(short):
     """Two workers hang, one on a step of 1 environment (0.5 s allowed), the other on 4 (2 s): the

@@ -139,9 +139,11 @@ def test_a_wrong_key_is_decisive_and_fails_only_at_the_chest():
         env.step(env.expert_action()[1])
         steps += 1
     assert env.room == env.corridor.key_room == 5 - 1 - 3
+    assert "Keys lie on the floor" in env._observation().text
     wrong = next(a for a in env.admissible_actions() if a.startswith("take") and goal not in a)
-    env.step(wrong)
+    text = env.step(wrong).observation.text
     assert not any(a.startswith("take") for a in env.admissible_actions())  # irreversible
+    assert f"You carry the {wrong.split()[1]} key." in text and "Keys lie" not in text  # the keys left not offered
     with pytest.raises(Exception, match="wrong key"):
         env.expert_action()
     for _ in range(3):  # the delay: three more rooms before the consequence shows

@@ -76,14 +76,15 @@ def plugin_fingerprints(config: Config) -> dict[str, str]:
 
 
 OLD_BEHAVIOUR = {"rl.mini_batch_order": "shuffled", "env.memory": False, "env.expert_teleports": False,
-                 "env.reject_unparsed": False, "env.failure_penalty": True, "prompt.full_history": False, "dagger.prompt.full_history": False,
-                 "prompt.turn_template": DEFAULT_TURN_TEMPLATE, "dagger.prompt.turn_template": DEFAULT_TURN_TEMPLATE,
+                 "env.reject_unparsed": False, "env.failure_penalty": True, "prompt.full_history": False,
+                 "prompt.turn_template": DEFAULT_TURN_TEMPLATE,
                  "rl.coupling_every": 0, "rl.coupling_pairs": 8, "rl.coupling_lr": 0.001,
-                 "rl.balance_task_types": False, "init.context_length": 4096,
-                 "env.expert_median_s": 0.0, "dagger.env.expert_median_s": 0.0}
+                 "rl.balance_task_types": False, "init.context_length": 4096, "env.expert_median_s": 0.0}
+OLD_BEHAVIOUR |= {f"dagger.{k}": v for k, v in OLD_BEHAVIOUR.items() if k.startswith(("env.", "prompt."))}
 """Settings added since runs were first recorded whose default is not None, each with the value
 that does what runs recorded without it did; and settings gone since (the coupling lab's, now a
-component), each with the value that did what runs recorded without them do."""
+component), each with the value that did what runs recorded without them do. DAgger's rounds
+record the env and prompt settings again under `dagger.`: the same values hold there."""
 RENAMED = {"rl.sampler.share_prefill": "rl.sampler.share_prefixes"}
 """Settings recorded under an earlier name: old name -> the name they are compared under."""
 UNRECORDED_SINCE = {"prompt.invalid_penalty"}
