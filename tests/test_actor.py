@@ -167,6 +167,32 @@ def test_bf16_weights_learn_through_fp32_master_weights_and_resume_exactly(tiny_
     assert all(torch.equal(a, m) for a, m in zip(after, actor.master))  # the fp32 state, not the bf16 weights
 
 
+def test_a_resume_mid_warmup_continues_the_schedule(tiny_model_dir, tmp_path):
+    """Saved after the first of 5 warmup steps and reloaded, the actor takes the next steps at the
+    learning rates and to the weights the uninterrupted one does: the schedule's place is saved."""
+    from agentrl.packing import micro_batches
+
+    optim = OptimConfig(lr=1e-3, weight_decay=0.0, warmup_steps=5)
+    g = torch.Generator().manual_seed(0)
+    samples = [TrainSample.from_turn(torch.randint(5, 200, (6,), generator=g).tolist(),
+                                     torch.randint(5, 200, (3,), generator=g).tolist()) for _ in range(4)]
+
+    def steps(actor, n):
+        def loss_fn(batch):
+            logp, _ = actor.token_logprobs(batch)
+            return LossOutputs(-logp.float().mean())
+        return [actor.optimizer_step([(micro_batches(samples, 10**6), loss_fn)]).report(1, 1)["lr"] for _ in range(n)]
+
+    actor = SingleActor(load_model(str(tiny_model_dir)), optim)
+    assert steps(actor, 1) == pytest.approx([2e-4])
+    actor.save(tmp_path)
+    straight = steps(actor, 3)
+    resumed = SingleActor(load_model(str(tmp_path / "model")), optim)
+    resumed.load(tmp_path)
+    assert straight == pytest.approx([4e-4, 6e-4, 8e-4]) and steps(resumed, 3) == straight
+    assert all(torch.equal(a, b) for a, b in zip(actor.parameters, resumed.parameters))
+
+
 def test_shared_prefill_generates_what_separate_prefills_generate(tiny_model_dir):
     """Prompts prefilled as a prefix tree: every sample gets the tokens and log-probs it gets when
     each prompt is prefilled on its own (sampled and greedy), and each distinct leading part of

@@ -414,7 +414,8 @@ def test_a_sampler_keeping_each_episodes_cache_samples_what_prefilling_every_pro
     episode's next turn prefills only the new turn. Seeded, it samples the same tokens with the
     same log-probs as a sampler that prefills every prompt whole; it reads more prefix tokens than
     it computes; within a small budget it keeps no more than the budget; and once the weights
-    change in place (as an update changes them), nothing computed with the old ones is read."""
+    change in place (as an update changes them), nothing computed with the old ones is read; `sleep`
+    (called before each update) frees all it keeps."""
     tokenizer, model = load_tokenizer(tiny_model_dir), load_model(tiny_model_dir)
 
     def play(sampler, seed):
@@ -441,3 +442,5 @@ def test_a_sampler_keeping_each_episodes_cache_samples_what_prefilling_every_pro
             with torch.no_grad():  # an update in place: seed 1's first prompts are kept from seed 0's
                 for p in model.parameters():
                     p.mul_(1.2)
+    kept.sleep()  # before an update (the trainer's order): the memory goes back to the actor
+    assert kept.kept.bytes == 0 and not kept.kept.entries

@@ -48,6 +48,26 @@ def test_lora_trains_only_adapters_and_resumes_exactly(tiny_model_dir, tmp_path)
         assert torch.allclose(merged(input_ids=ids).logits, expected, atol=1e-4)
         assert not torch.allclose(base(input_ids=ids).logits, expected, atol=1e-4)
     assert not any("lora" in k for k in merged.state_dict())
+    # The run's own final model is that plain merged folder too, not the adapters.
+    own = straight / "model"
+    assert not (own / "adapter_config.json").exists()
+    with torch.no_grad():
+        assert torch.allclose(load_model(str(own))(input_ids=ids).logits, expected, atol=1e-4)
+
+
+def test_a_checkpoint_of_other_adapters_is_refused(tiny_model_dir, tmp_path):
+    """Adapters saved on every linear layer do not load into adapters on two of them: an error
+    naming the checkpoint, not a policy resumed with half its adapters."""
+    from agentrl.actor import LoRAConfig
+    from agentrl.actor.single import SingleActor
+    from agentrl.config import OptimConfig
+    from agentrl.models import add_lora
+
+    everywhere = SingleActor(add_lora(load_model(str(tiny_model_dir)), LoRAConfig(r=4)), OptimConfig())
+    everywhere.save(tmp_path)
+    two = add_lora(load_model(str(tiny_model_dir)), LoRAConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    with pytest.raises(ValueError, match="does not match the adapters"):
+        SingleActor(two, OptimConfig()).load(tmp_path)
 
 
 def test_export_of_a_plain_checkpoint_and_bad_input(tiny_model_dir, tmp_path):
