@@ -1728,6 +1728,45 @@ MUTANTS = [
            'save_prompt(prompt, tmp / "model")', 'pass', ['test_cli.py']),
     Mutant("hf sampler: the kept keys and values survive a weight push", 'src/agentrl/sampler/hf.py',
            '            self.kept.clear()', '            pass', ['test_full_history.py']),
+    # --- the thirteenth reviewer's pass (session 67) -------------------------------------------------
+    Mutant("stats: a tie counted as a win in P(A>B) (and again as half)", 'src/agentrl/stats.py',
+           'return ((a[..., :, None] > b[..., None, :])', 'return ((a[..., :, None] >= b[..., None, :])', COMPARE),
+    Mutant("stats: the MDD at more evaluation episodes sized at the measured count", 'src/agentrl/stats.py',
+           'episodes = episodes or parts.episodes', 'episodes = parts.episodes', COMPARE),
+    Mutant("compare: the paired difference taken over every task each run played, not the tasks in common",
+           'src/agentrl/compare.py', 'mean = float(np.mean(diffs))', 'mean = float(np.mean(xs) - np.mean(ys))', COMPARE),
+    Mutant("reuse: a model folder's fingerprint blind to files rewritten at the same size", 'src/agentrl/provenance.py',
+           '{stat.st_size}:{stat.st_mtime_ns}', '{stat.st_size}', ['test_cli.py']),
+    Mutant("reuse: `agentrl data` hands out expert data made with another number of judgments", 'src/agentrl/pipeline.py',
+           '"episodes": episodes, "judgments": judgments,', '"episodes": episodes,', ['test_cli.py']),
+    Mutant("reuse: the pipeline's expert data kept when sft.judgments changed", 'src/agentrl/pipeline.py',
+           'config_settings(config, "sft.episodes", "sft.judgments",', 'config_settings(config, "sft.episodes",',
+           ['test_cli.py']),
+    Mutant("reuse: a DAgger round's SFT kept when its labels changed", 'src/agentrl/pipeline.py',
+           ', "dagger.labels": played}', '}', ['test_dagger.py']),
+    Mutant("pool: a worker process dies on the Ctrl-C meant for the main process", 'src/agentrl/envs/pool.py',
+           '    signal.signal(signal.SIGINT, signal.SIG_IGN)', '    pass', FAILURES),
+    Mutant("testbed: every corridor one task type", 'src/agentrl/envs/testbed/env.py',
+           'return f"corridor_{len(make_corridor(self.config, task_id).rooms)}"', 'return "corridor"', TESTBED),
+    Mutant("testbed: the expert plays on holding the wrong key", 'src/agentrl/envs/testbed/env.py',
+           'if self.key is not None and self.key != key:', 'if False:', TESTBED),
+    Mutant("kl: the reference scored at temperature 1 whatever the sampler's", 'src/agentrl/losses/reference.py',
+           'config.sampling.temperature or 1.0', '1.0', ['test_trainer.py']),
+    Mutant("kl: k1's log-ratio taken the other way", 'src/agentrl/losses/policy.py',
+           '    return logp - ref_logp', '    return ref_logp - logp', ['test_actor.py']),
+    Mutant("gcd classifier: trained on the inverted labels", 'src/agentrl/gcd/loss.py',
+           'target=[float(labelled.label)]', 'target=[float(not labelled.label)]', GCD),
+    Mutant("gcd: the external judge's per-step counts kept from an earlier step", 'src/agentrl/gcd/loss.py',
+           '        judge.external.counts = dict.fromkeys(judge.external.counts, 0)', '        pass', GCD),
+    Mutant("coupling: representations normalised across samples, not per sample", 'src/agentrl/analysis/coupling.py',
+           'normed = F.normalize(reps, dim=-1)', 'normed = F.normalize(reps, dim=0)', ['test_analysis.py']),
+    Mutant("coupling: the report's influence matrix twice the size asked", 'src/agentrl/analysis/coupling.py',
+           'k = min(influence_pairs // 2, len(good_id), len(bad_id))', 'k = min(influence_pairs, len(good_id), len(bad_id))',
+           ['test_analysis.py']),
+    Mutant("loss: seq-mean-token-sum divides by the rank's own sequences", 'src/agentrl/losses/policy.py',
+           'return [1.0 / n_seqs] * len(lengths)', 'return [1.0 / len(lengths)] * len(lengths)', ['test_actor.py']),
+    Mutant("check: the sampler-actor KL measured with the log-ratio reversed", 'src/agentrl/losses/step.py',
+           'sampler_check(logp - batch.old_logprobs)', 'sampler_check(batch.old_logprobs - logp)', ['test_trainer.py']),
 ]
 
 
@@ -1745,7 +1784,9 @@ def run(mutant: Mutant, root: Path, timeout: int) -> tuple[str, float, str]:
                               cwd=root, capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, "PYTHONPATH": str(root / "src")})
         failed = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
-        status = "killed" if proc.returncode == 1 else "survived" if proc.returncode == 0 else f"error {proc.returncode}"
+        # (with pytest-xdist workers, PYTEST_ADDOPTS="-n 2", -x stops a failing run with exit 2)
+        killed = proc.returncode == 1 or (proc.returncode == 2 and failed)
+        status = "killed" if killed else "survived" if proc.returncode == 0 else f"error {proc.returncode}"
         detail = failed[0] if failed else ""
     except subprocess.TimeoutExpired:
         status, detail = "killed (timeout)", ""

@@ -128,6 +128,11 @@ def test_run_pipeline_end_to_end_and_rerun_skips_done_phases(tmp_path, capsys):
     for phase in ("eval initial", "eval sft", "rl", "eval rl"):
         assert world <= set(record[phase]), (phase, world - set(record[phase]))
     assert record["eval rl"]["rl.steps"] == 1
+    # The expert data: what the expert plays in (the environment and the prompt, less what changes
+    # only the reward) and every sft setting its play and its judgment examples read.
+    reward_only = {"prompt.invalid_penalty"}
+    assert world - reward_only <= set(record["expert data"]), world - reward_only - set(record["expert data"])
+    assert {"seed", "sft.episodes", "sft.judgments", "sft.detours", "sft.keep_failed"} <= set(record["expert data"])
 
     # Recorded before a setting existed (rl.mini_batch_order, at its old behaviour): every phase is
     # kept, the RL phase's checkpoints too (a stricter comparison there once deleted them).
@@ -391,11 +396,13 @@ def test_data_from_a_recipe_without_sft_or_rl_sections(tmp_path, capsys):
                         (["--set", "seed=5"], "seed: 0 -> 5"),
                         (["--set", "prompt.history_length=2"], "prompt.history_length: 1 -> 2"),
                         (["--set", "sft.detours=0.2"], "sft.detours: 0.0 -> 0.2"),
-                        (["--set", "sft.keep_failed=true"], "sft.keep_failed: False -> True")):
+                        (["--set", "sft.keep_failed=true"], "sft.keep_failed: False -> True"),
+                        (["--judgments", "2"], "judgments: 0 -> 2")):
         args += change
         assert main(["data", str(path), "--out", str(out), *args]) == 0
         assert f"settings changed ({key}), redoing" in capsys.readouterr().err
-    assert len({json.loads(line)["task_id"] for line in out.read_text().splitlines()}) == 4  # the last --episodes
+    made = [json.loads(line)["task_id"] for line in out.read_text().splitlines()]
+    assert len(set(made) - {"judgment"}) == 4 and made.count("judgment") == 2  # the last --episodes and --judgments
 
 
 def test_a_model_folder_rewritten_in_place_is_another_model(tmp_path):

@@ -111,6 +111,7 @@ def test_expert_share_is_annealed_linearly_over_the_rounds():
 def test_pipeline_rounds_aggregate_every_label_and_are_reused(tmp_path, capsys):
     """`agentrl run` with sft.dagger: each round trains on the expert data and every round's
     labels so far; a rerun reuses every round, and other DAgger settings reuse the cloning."""
+    import shutil
     from pathlib import Path
 
     from agentrl.pipeline import run_pipeline
@@ -131,6 +132,15 @@ def test_pipeline_rounds_aggregate_every_label_and_are_reused(tmp_path, capsys):
     capsys.readouterr()
     run_pipeline(load_config(recipe, [*overrides, "sft.dagger={rounds: 2, episodes: 6}"]))
     assert "running" not in capsys.readouterr().out
+    # A round's labels changed under it (here cut short; its settings are the same) redo that
+    # round's SFT when the rounds are gone through again (here: the final model is missing, as when
+    # a run stopped in the last round), not keep a model trained on other labels.
+    labels = work / "labels2.jsonl"
+    labels.write_text("".join(labels.read_text().splitlines(keepends=True)[:-1]))
+    shutil.rmtree(tmp_path / "run" / "sft" / "model")
+    run_pipeline(load_config(recipe, [*overrides, "sft.dagger={rounds: 2, episodes: 6}"]))
+    said = capsys.readouterr().out
+    assert "labels 2: done earlier" in said and "sft 2: settings changed (dagger.labels:" in said
     run_pipeline(load_config(recipe, [*overrides, "sft.dagger={rounds: 1, episodes: 6}"]))
     said = capsys.readouterr().out
     assert "sft 0: done earlier" in said and "labels 1: settings changed" in said

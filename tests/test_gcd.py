@@ -303,7 +303,11 @@ def test_classifier_judge_learns_its_labels_through_the_actor(tiny_model_dir):
     actor = SingleActor(model, OptimConfig(lr=1e-3), judge.head.parameters())
     t = traj(["start", "A", "B", "A", "C"], success=True)
     samples = judge.prepare([t], step=1).samples
-    assert sorted(s.target[0] for s in samples) == [0.0, 1.0]
+    # Each pair's target is its own step's label: step 0 (into a state seen again) bad, the winning
+    # step good; the head reads the judge's prompt for that step.
+    from agentrl.gcd.judge import judge_ids
+    assert {tuple(s.ids[:-1]): s.target[0] for s in samples} == {
+        tuple(judge_ids(tokenizer, t.steps[0])): 0.0, tuple(judge_ids(tokenizer, t.steps[4])): 1.0}
     assert all(s.n_targets == 1 for s in samples)
 
     def loss_fn(batch):
@@ -391,6 +395,25 @@ def test_an_always_good_judge_scores_half_on_balanced_pairs(optimist_dir):
     hot = GCDLoss(config.model_copy(update={"sampling": config.sampling.model_copy(update={"temperature": 50.0})}),
                   HFSampler(model, tokenizer), tokenizer, seed=0)
     assert hot.evaluate([traj(["start", "A", "B", "A", "C"], success=True)], seed=0) == evaluated
+
+
+def test_the_external_judges_counts_are_each_steps_own(tiny_model_dir, judge_server):
+    """A step that leaves the external judge nothing to label (the rules label every step) logs
+    no asks, not the previous step's."""
+    from agentrl.gcd.loss import select_pairs
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    config = GCDAuxConfig(pairs_per_step=2, labels=["rules", "llm"],
+                          external={"base_url": judge_server, "model": "tiny", "asks": 2, "agree": 2,
+                                    "pairs_per_step": 2})
+    judge = GCDLoss(config, HFSampler(load_model(tiny_model_dir), tokenizer), tokenizer, seed=0,
+                    external=ExternalJudge(ChatEndpoint(judge_server, "tiny", None, 60), 2, 2, 0.0, 20))
+    _, metrics = select_pairs(judge, [traj(["start", "A", "B", "A", "C"], success=True)], 1)
+    assert metrics["labels/llm_asked"] == 2 and metrics["labels/llm_answers"] == 4  # 2 of steps 1-3
+    _, metrics = select_pairs(judge, [traj(["start"], success=True)], 2)  # its one step labelled by the rules
+    assert {k: v for k, v in metrics.items() if k.startswith("labels/llm_")} == {
+        "labels/llm_errors": 0.0, "labels/llm_asked": 0.0, "labels/llm_answers": 0.0, "labels/llm_parsed": 0.0,
+        "labels/llm_agreed": 0.0}
 
 
 def test_each_step_judges_its_own_draw_of_pairs(tiny_model_dir):
