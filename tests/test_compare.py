@@ -434,7 +434,7 @@ def test_a_pipeline_folder_is_read_by_phase(tmp_path):
         folder.mkdir(parents=True)
         write_trajectories(folder / "trajectories_l0.jsonl",
                            [Trajectory(f"l0-{i}", 0, "t", [], success=i < wins) for i in range(4)])
-        (folder / "results.json").write_text(json.dumps({"l0": {"success": wins / 4}}))
+        (folder / "results.json").write_text(json.dumps({"l0": {"success": wins / 4, "judge_accuracy": 0.5 + wins / 10}}))
     earlier = run / "rl" / "eval" / "step_000002"  # an evaluation along the way: not the result
     earlier.mkdir()
     write_trajectories(earlier / "trajectories_l0.jsonl", [Trajectory(f"l0-{i}", 0, "t", [], success=True)
@@ -447,6 +447,9 @@ def test_a_pipeline_folder_is_read_by_phase(tmp_path):
     assert read_run(run, "sft").outcomes["l0"] == {"l0-0": 1.0, "l0-1": 0.0, "l0-2": 0.0, "l0-3": 0.0}
     assert read_run(run).outcomes["l0"] == read_run(run, "rl").outcomes["l0"]
     assert sum(read_run(run).outcomes["l0"].values()) == 2 and read_run(run).seed == 3
+    # a GCD judge's accuracy is read from the phase's evaluation (the other numbers come from episodes)
+    assert read_run(run, "sft").extras == {"l0": {"judge_accuracy": 0.6}}
+    assert read_run(run).extras == {"l0": {"judge_accuracy": 0.7}}
     shutil.rmtree(run / "rl")
     with pytest.raises(ConfigError, match="RL phase's evaluation is missing"):
         read_run(run)

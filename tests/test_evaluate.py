@@ -96,6 +96,28 @@ def test_evaluation_is_seeded_by_its_own_seed_and_leaves_the_global_stream_alone
         assert responses(1, 1, tmp_path / "c") != first
 
 
+def test_each_component_measures_its_split_with_the_evaluations_seed(tiny_model_dir):
+    """A component's own measure (a GCD judge's accuracy: a seeded draw of pairs) is drawn with the
+    evaluation's seed, on each split's own episodes, so it follows the run's seed as they do."""
+    from agentrl.components import Component
+
+    class SeedSeen(Component):  # a researcher's component, as a plugin would define it
+        name = "seed_seen"
+
+        def evaluate(self, trajectories, seed):
+            return {"seed_seen": seed, "tasks_seen": sorted(t.task_id for t in trajectories)}
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    eval_cfg = EvalConfig(splits=["l0", "l2"], episodes=2, sampling={"max_new_tokens": 4})
+    with EnvPool(HouseholdEnvConfig(max_steps=2), EnvPoolConfig(workers=0)) as pool:
+        sampler = HFSampler(load_model(tiny_model_dir), tokenizer)
+        results = evaluate(pool, sampler, tokenizer, eval_cfg, PromptConfig(template=COMPACT), 7,
+                           components=[SeedSeen()])
+        first = {split: pool.local.split_tasks(split)[:2] for split in ("l0", "l2")}
+    assert {s: (r["seed_seen"], r["tasks_seen"]) for s, r in results.items()} == {
+        s: (7, sorted(tasks)) for s, tasks in first.items()}
+
+
 def test_the_aborted_share_is_taken_over_every_episode_played(tiny_model_dir):
     """One of 3 episodes aborted (its worker killed before the first move): a share of 1/3, within
     eval.max_aborted_share 0.4 (measured against the 2 that finished it would be 1/2) and beyond 0.3."""

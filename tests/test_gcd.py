@@ -71,6 +71,7 @@ def test_verdict_parsing_and_voting():
     assert vote([True, True, True, None, None], 4) is None
     assert vote([False] * 5, 4) is False
     assert vote([None] * 5, 1) is None
+    assert vote([None, None, None, True, True], 2) is True  # non-answers agree with nothing, not each other
 
 
 def test_household_progress_labels_match_the_expert():
@@ -242,6 +243,51 @@ def test_external_judge_over_a_real_http_server(judge_server):
     down = ExternalJudge(ChatEndpoint("http://127.0.0.1:9/v1", "x", None, 5), 5, 4, 0.0, 8)
     assert down.label(steps) == [None] * 3 and down.errors == 3
     assert down.counts == {"asked": 3, "answers": 0, "parsed": 0, "agreed": 0}
+    down.label(steps[:1])
+    assert down.errors == 4  # the failed requests over the run, not the last call's
+
+
+def test_the_endpoint_retries_each_failure_and_sends_its_key(monkeypatch):
+    """`retries` failures are retried (retries + 1 attempts), each sending the key named by
+    `api_key_env` from the environment; one failure more is an EndpointError that says so."""
+    import http.server
+
+    from agentrl.gcd.judge import EndpointError
+
+    seen = []
+
+    class Flaky(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # the first two requests of every three fail
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(self.headers.get("Authorization"))
+            if len(seen) % 3:
+                self.send_response(503)
+                self.end_headers()
+                return
+            body = json.dumps({"choices": [{"message": {"content": "<verdict>good</verdict>"}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("AGENTRL_TEST_KEY", "sk-test")
+    url = f"http://127.0.0.1:{server.server_port}/v1"
+    try:
+        endpoint = ChatEndpoint(url, "x", "AGENTRL_TEST_KEY", 5, retries=2, backoff_s=0.0)
+        assert endpoint.complete("hi") == ["<verdict>good</verdict>"]
+        assert seen == ["Bearer sk-test"] * 3
+        with pytest.raises(EndpointError, match=r"\(2 attempts\)"):
+            ChatEndpoint(url, "x", "AGENTRL_TEST_KEY", 5, retries=1, backoff_s=0.0).complete("hi")
+        assert len(seen) == 5
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_the_openai_sdk_against_agentrl_serve(judge_server):
