@@ -108,6 +108,18 @@ def test_expert_share_is_annealed_linearly_over_the_rounds():
     assert expert_share(DaggerConfig(rounds=1, expert_share=(0.3, 0.0)), 1) == 0.3
 
 
+def test_a_rounds_numbers_by_hand():
+    """A round's success is over the episodes that finished (an aborted one is neither a win nor a
+    loss); its policy agreement is over the labelled states, not the episodes."""
+    from agentrl.dagger import Labelled
+    from agentrl.rollout.types import Trajectory
+
+    won, lost, aborted = (Trajectory(f"train-{i}", i, "pick", []) for i in range(3))
+    won.success, aborted.aborted = True, True
+    stats = Labelled([{}] * 8, [won, lost, aborted], agreed=2).stats()
+    assert (stats.episodes, stats.examples, stats.success, stats.policy_agreement) == (2, 8, 0.5, 0.25)
+
+
 def test_pipeline_rounds_aggregate_every_label_and_are_reused(tmp_path, capsys):
     """`agentrl run` with sft.dagger: each round trains on the expert data and every round's
     labels so far; a rerun reuses every round, and other DAgger settings reuse the cloning."""
@@ -125,6 +137,10 @@ def test_pipeline_rounds_aggregate_every_label_and_are_reused(tmp_path, capsys):
     lines = [len((p).read_text().splitlines()) for p in
              (tmp_path / "run" / "sft" / "data.jsonl", work / "labels1.jsonl", work / "labels2.jsonl")]
     assert min(lines) > 0
+    # the rounds play train tasks (drawn like the expert's), never the evaluation's
+    train = set(make_env(load_config(recipe, overrides).env).split_tasks("train"))
+    for labels in ("labels1.jsonl", "labels2.jsonl"):
+        assert {json.loads(line)["task_id"] for line in (work / labels).read_text().splitlines()} <= train
     assert (work / "aggregate2.jsonl").read_text() == "".join(
         p.read_text() for p in (tmp_path / "run" / "sft" / "data.jsonl", work / "labels1.jsonl", work / "labels2.jsonl"))
     final = (tmp_path / "run" / "sft" / "model" / "model.safetensors").read_bytes()

@@ -1,6 +1,7 @@
 import json
 import random
 import threading
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -209,6 +210,52 @@ def test_a_summary_the_endpoint_fails_to_give_keeps_the_previous_hint(tmp_path):
     assert correction.refresh(2) == correction.hint == "Mistakes to avoid:\n- going round in circles"
     assert correction.errors == 1
     assert "error" in json.loads((tmp_path / "correction.jsonl").read_text())
+
+
+@contextmanager
+def chat_server(content: str):
+    """A real chat-completions server on 127.0.0.1 that gives every request `n` answers `content`."""
+    import http.server
+
+    class Fixed(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            n = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["n"]
+            body = json.dumps({"choices": [{"message": {"content": content}}] * n}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Fixed)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_empty_summary_gives_no_hint_rather_than_a_bare_header(tmp_path):
+    """A summary with nothing in it (the endpoint's empty answer) leaves no hint: a bare "Mistakes
+    to avoid:" header would be put before every training prompt for nothing."""
+    from types import SimpleNamespace
+
+    from agentrl.gcd.correction import PromptCorrection
+    from agentrl.gcd.loss import CorrectionConfig
+
+    source = SimpleNamespace(critiques=[("go to a", "it loops")])
+    with chat_server(" \n") as url:
+        correction = PromptCorrection(CorrectionConfig(every=1, summarizer="endpoint"), source, None, None,
+                                      ChatEndpoint(url, "x", None, 5, retries=0), tmp_path / "correction.jsonl")
+        correction.hint = "Mistakes to avoid:\n- going round in circles"
+        assert correction.refresh(2) == correction.hint == ""
+    with chat_server("- going round in circles") as url:  # and a summary with something in it is the hint
+        correction.endpoint = ChatEndpoint(url, "x", None, 5, retries=0)
+        assert correction.refresh(3) == "Mistakes to avoid:\n- going round in circles"
 
 
 @pytest.fixture(scope="module")
