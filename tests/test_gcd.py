@@ -213,13 +213,19 @@ def test_a_summary_the_endpoint_fails_to_give_keeps_the_previous_hint(tmp_path):
 
 
 @contextmanager
-def chat_server(content: str):
-    """A real chat-completions server on 127.0.0.1 that gives every request `n` answers `content`."""
+def chat_server(answer):
+    """A real chat-completions server on 127.0.0.1: `answer(headers)` is each request's answer text
+    (given `n` times), or None for an HTTP 503."""
     import http.server
 
-    class Fixed(http.server.BaseHTTPRequestHandler):
+    class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
             n = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["n"]
+            content = answer(self.headers)
+            if content is None:
+                self.send_response(503)
+                self.end_headers()
+                return
             body = json.dumps({"choices": [{"message": {"content": content}}] * n}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -230,7 +236,7 @@ def chat_server(content: str):
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Fixed)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_port}/v1"
@@ -248,12 +254,12 @@ def test_an_empty_summary_gives_no_hint_rather_than_a_bare_header(tmp_path):
     from agentrl.gcd.loss import CorrectionConfig
 
     source = SimpleNamespace(critiques=[("go to a", "it loops")])
-    with chat_server(" \n") as url:
+    with chat_server(lambda headers: " \n") as url:
         correction = PromptCorrection(CorrectionConfig(every=1, summarizer="endpoint"), source, None, None,
                                       ChatEndpoint(url, "x", None, 5, retries=0), tmp_path / "correction.jsonl")
         correction.hint = "Mistakes to avoid:\n- going round in circles"
         assert correction.refresh(2) == correction.hint == ""
-    with chat_server("- going round in circles") as url:  # and a summary with something in it is the hint
+    with chat_server(lambda headers: "- going round in circles") as url:  # and a summary with something in it is the hint
         correction.endpoint = ChatEndpoint(url, "x", None, 5, retries=0)
         assert correction.refresh(3) == "Mistakes to avoid:\n- going round in circles"
 
@@ -297,44 +303,22 @@ def test_external_judge_over_a_real_http_server(judge_server):
 def test_the_endpoint_retries_each_failure_and_sends_its_key(monkeypatch):
     """`retries` failures are retried (retries + 1 attempts), each sending the key named by
     `api_key_env` from the environment; one failure more is an EndpointError that says so."""
-    import http.server
-
     from agentrl.gcd.judge import EndpointError
 
     seen = []
 
-    class Flaky(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):  # the first two requests of every three fail
-            self.rfile.read(int(self.headers["Content-Length"]))
-            seen.append(self.headers.get("Authorization"))
-            if len(seen) % 3:
-                self.send_response(503)
-                self.end_headers()
-                return
-            body = json.dumps({"choices": [{"message": {"content": "<verdict>good</verdict>"}}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def flaky(headers):  # the first two requests of every three fail
+        seen.append(headers.get("Authorization"))
+        return None if len(seen) % 3 else "<verdict>good</verdict>"
 
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("AGENTRL_TEST_KEY", "sk-test")
-    url = f"http://127.0.0.1:{server.server_port}/v1"
-    try:
+    with chat_server(flaky) as url:
         endpoint = ChatEndpoint(url, "x", "AGENTRL_TEST_KEY", 5, retries=2, backoff_s=0.0)
         assert endpoint.complete("hi") == ["<verdict>good</verdict>"]
         assert seen == ["Bearer sk-test"] * 3
         with pytest.raises(EndpointError, match=r"\(2 attempts\)"):
             ChatEndpoint(url, "x", "AGENTRL_TEST_KEY", 5, retries=1, backoff_s=0.0).complete("hi")
         assert len(seen) == 5
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_the_openai_sdk_against_agentrl_serve(judge_server):
