@@ -4,9 +4,28 @@
 # checkpointed every 100 steps, a setting that does not change what it computes), and each
 # finished seed is archived, slimmed, in benchmarks/results/alfworld-full/full/seed<k>.
 #     nohup setsid bash benchmarks/alfworld_full_seeds.sh 1 2 3 4 > /dev/null 2>&1 &
+# A seed takes longer than a session, and a session may find a new machine: at a session's end,
+# stop the chain (at a checkpoint: SFT saves every 100 steps, RL every 2) and carry its state in
+# the repository with `--pack` (benchmarks/run_kit.py; the archived seeds and the DAgger aggregates,
+# rewritten from their sources, are left out); on a machine without runs/alfworld-cpu-full the chain
+# unpacks the kit first and goes on from where it stopped.
+#     pkill -TERM -f alfworld_full_seeds.sh; pkill -TERM -f "agentrl run recipes/alfworld-cpu.yaml"
+#     bash benchmarks/alfworld_full_seeds.sh --pack && git add benchmarks/results/alfworld-full/resume-kit.tar.xz
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LOG=${LOG:-runs/alfworld-cpu-full/chain.log}
+RUNS=runs/alfworld-cpu-full
+KIT=benchmarks/results/alfworld-full/resume-kit.tar.xz
+if [ "${1:-}" = --pack ]; then
+    exclude=(--exclude '*/aggregate*.jsonl')
+    for archived in benchmarks/results/alfworld-full/full/seed*; do
+        exclude+=(--exclude "$(basename "$archived")/*")
+    done
+    exec .venv/bin/python benchmarks/run_kit.py pack "$RUNS" "$KIT" "${exclude[@]}"
+fi
+if [ ! -d "$RUNS" ] && [ -f "$KIT" ]; then
+    .venv/bin/python benchmarks/run_kit.py unpack "$KIT"
+fi
+LOG=${LOG:-$RUNS/chain.log}
 mkdir -p "$(dirname "$LOG")"
 export OMP_NUM_THREADS=2
 for seed in "$@"; do
@@ -17,6 +36,6 @@ for seed in "$@"; do
     fi
     echo "$(date -u +%FT%TZ) seed $seed: start" >> "$LOG"
     make alfworld-cpu-full SEED="$seed" SET="sft.save_every=100" >> "$LOG" 2>&1
-    .venv/bin/python benchmarks/archive_run.py "runs/alfworld-cpu-full/seed$seed" "$dest" >> "$LOG"
+    .venv/bin/python benchmarks/archive_run.py "$RUNS/seed$seed" "$dest" >> "$LOG"
     echo "$(date -u +%FT%TZ) seed $seed: done, archived in $dest" >> "$LOG"
 done

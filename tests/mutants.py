@@ -1825,6 +1825,18 @@ MUTANTS = [
     Mutant("judge: a full-history chat shows the actions played, not the replies", 'src/agentrl/gcd/judge.py',
            '{"role": "assistant", "content": s.response})]', '{"role": "assistant", "content": s.action})]',
            ['test_full_history.py']),
+    Mutant("run kit: unpacked files keep the extraction's times, not the run's", "benchmarks/run_kit.py",
+           'os.utime(path, ns=(entry["mtime_ns"], entry["mtime_ns"]))', "pass", ["test_run_kit.py"]),
+    Mutant("run kit: a checkpoint being saved is carried", "benchmarks/run_kit.py",
+           'if any(part.startswith(".tmp-") for part in rel.parts) or rel.name.endswith(".tmp"):',
+           'if rel.name.endswith(".tmp"):', ["test_run_kit.py"]),
+    Mutant("run kit: --exclude ignored", "benchmarks/run_kit.py",
+           "return not any(fnmatch.fnmatch(rel.as_posix(), pattern) for pattern in exclude)", "return True",
+           ["test_run_kit.py"]),
+    Mutant("run kit: a file unlike the manifest restored anyway", "benchmarks/run_kit.py",
+           'or sha256(path) != entry["sha256"]:', ":", ["test_run_kit.py"]),
+    Mutant("run kit: unpacking writes into a run already there", "benchmarks/run_kit.py",
+           "if folder.exists() and any(folder.iterdir()):", "if False:", ["test_run_kit.py"]),
 ]
 
 
