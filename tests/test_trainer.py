@@ -192,6 +192,16 @@ def test_kl_as_reward_penalty(tiny_model_dir, tmp_path):
     assert "actor/kl" not in rows[1]  # not also a loss term
 
 
+def test_a_half_removed_checkpoint_is_not_resumed_from_and_is_saved_over(tiny_model_dir, tmp_path):
+    """A checkpoint whose trainer_state.json is gone (its removal cut short) is not a checkpoint:
+    the run resumes from the one before and saves that step again in its place."""
+    run(small_config(tmp_path / "run", 2, keep_last=3), tiny_model_dir)
+    last = list_checkpoints(tmp_path / "run")[-1]
+    (last / "trainer_state.json").unlink()
+    run(small_config(tmp_path / "run", 2, keep_last=3), tiny_model_dir, resume=True)
+    assert [p.name for p in list_checkpoints(tmp_path / "run")] == ["step_000001", "step_000002"]
+
+
 def test_ppo_critic_learns_and_resumes_exactly(tiny_model_dir, tmp_path):
     ppo = {"advantage": {"type": "ppo", "critic_lr": 1e-3}}
     straight = tmp_path / "straight"
@@ -231,6 +241,50 @@ def test_critic_regresses_to_its_targets(tiny_model_dir):
     assert metrics["value_loss"] == pytest.approx(0.5 * (1.95 ** 2 + 2.95 ** 2) / 2)
     assert metrics["value_clipfrac"] == 1.0 and metrics["grad_norm"] == 0.0
     assert clipped.values(prompts, 100) == [0.0, 0.0]
+
+
+def test_the_critics_own_settings_each_change_its_update(tiny_model_dir):
+    """critic_grad_clip and critic_weight_decay act on the critic's optimiser step, and a value
+    inside the clip range is not counted as clipped."""
+    from agentrl.advantages.ppo import PPOConfig
+    from agentrl.critic import Critic
+
+    prompts, targets = [[5, 6, 7, 8], [9, 10, 11]], [1.0, -2.0]
+    moved = {}
+    for clip in (1.0, 1e-12):  # Adam's first step is about lr x sign(g) unless g is clipped far below eps
+        critic = Critic(str(tiny_model_dir), PPOConfig(critic_lr=3e-3, value_clip=100.0, critic_grad_clip=clip))
+        metrics = critic.update(prompts, targets, [0.0, 0.0], 2, 100, random.Random(0))
+        assert metrics["value_clipfrac"] == 0.0  # V = V_old: both errors equal, nothing clipped
+        moved[clip] = max(abs(v) for v in critic.values(prompts, 100))
+    assert moved[1.0] > 1e-3 and moved[1e-12] < 1e-3 * moved[1.0]
+    # A clipped step has no gradient: what AdamW still does is the decay, p <- p (1 - lr x decay).
+    critic = Critic(str(tiny_model_dir), PPOConfig(critic_lr=3e-3, value_clip=0.05, critic_weight_decay=0.3))
+    before = {k: v.clone() for k, v in critic.body.state_dict().items()}
+    critic.update(prompts, targets, [-1.0, 1.0], 2, 100, random.Random(0))
+    name, weight = next((k, v) for k, v in critic.body.state_dict().items() if k.endswith("q_proj.weight"))
+    torch.testing.assert_close(weight, before[name] * (1 - 3e-3 * 0.3))
+
+
+def test_critic_path_is_the_critics_body(tiny_model_dir, tmp_path):
+    from transformers import AutoModel
+
+    from agentrl.components import Context
+    from agentrl.critic import critic_components
+    from agentrl.models import load_model, load_tokenizer
+    from agentrl.recipe import load_config
+
+    other = load_model(tiny_model_dir)
+    with torch.no_grad():
+        for parameter in other.parameters():
+            parameter.add_(0.25)
+    other.save_pretrained(tmp_path / "other")
+    config = load_config(Path(__file__).resolve().parents[1] / "recipes" / "demo.yaml",
+                         [f"run_dir={tmp_path / 'run'}", f"rl.advantage={{type: ppo, critic_path: {tmp_path / 'other'}}}"])
+    ctx = Context(config, str(tiny_model_dir), None, None, load_tokenizer(tiny_model_dir), tmp_path / "run")
+    [component] = critic_components(config.rl.advantage, ctx)
+    expected = AutoModel.from_pretrained(tmp_path / "other").state_dict()
+    for name, value in component.critic.body.state_dict().items():
+        assert torch.equal(value, expected[name]), name
 
 
 def test_the_critic_component_regresses_each_step_onto_its_own_return(tiny_model_dir):
@@ -611,6 +665,58 @@ def test_kl_in_reward_adds_each_actions_kl_to_its_penalty(choice_model_dir, tmp_
             steps = sorted((s for t in trajectories if t.group_id == group and t.episode_reward == reward
                             for s in t.steps), key=lambda s: s.penalty)
             assert [s.advantage for s in steps] == sorted((s.advantage for s in steps), reverse=True)
+
+
+def test_a_kl_in_the_loss_is_not_also_a_reward_penalty(choice_model_dir, tmp_path):
+    """rl.kl_in_reward: false puts the KL in the loss only: the steps keep their own penalties."""
+    import twostep
+
+    config = twostep.config(tmp_path, temperature=0.8, kl_coef=0.5, kl_in_reward=False, kl_estimator="k3")
+    trainer = RLTrainer(config, str(choice_model_dir), tmp_path)
+    try:
+        torch.manual_seed(0)
+        with torch.no_grad():
+            for p in trainer.model.parameters():
+                p.add_(0.02 * torch.randn_like(p))
+        trajectories = trainer.rollout(1)
+        metrics = trainer.learn(trajectories, 1)
+    finally:
+        trainer.close()
+    for s in (s for t in trajectories for s in t.steps):
+        assert s.penalty == (0.0 if s.valid else config.prompt.invalid_penalty)
+    assert "rollout/kl_penalty" not in metrics and metrics["actor/kl"] > 0
+
+
+def test_a_steps_token_counts_and_generation_throughput_by_hand(choice_model_dir, tmp_path):
+    """With 2 epochs: tokens/response is the step's response tokens once, tokens/processed every
+    token of every epoch, and generation throughput the generated tokens over the time of `gen`."""
+    import twostep
+
+    config = twostep.config(tmp_path, epochs=2)
+    trainer = RLTrainer(config, str(choice_model_dir), tmp_path)
+    try:
+        trajectories = trainer.rollout(1)
+        metrics = trainer.learn(trajectories, 1, {"gen": 4.0, "env": 1.0})
+    finally:
+        trainer.close()
+    steps = [s for t in trajectories for s in t.steps]
+    responses = sum(len(s.response_ids) for s in steps)
+    assert metrics["tokens/response"] == responses
+    assert metrics["tokens/processed"] == 2 * sum(len(s.prompt_ids) + len(s.response_ids) for s in steps)
+    assert metrics["throughput/gen_tokens_per_s"] == pytest.approx(responses / 4.0)
+
+
+def test_a_part_timed_twice_in_a_step_counts_both_times():
+    """A component's hooks (the critic's score and after_update) add up in its timing_s entry."""
+    import time
+
+    from agentrl.components import timed
+
+    timing = {"critic": 1.0}
+    for seconds in (0.05, 0.1):
+        with timed(timing, "critic"):
+            time.sleep(seconds)
+    assert timing["critic"] >= 1.15
 
 
 def test_the_kl_reference_is_loaded_in_the_runs_dtype(choice_model_dir, tmp_path):
