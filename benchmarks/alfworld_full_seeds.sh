@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=runs/alfworld-cpu-full
-KIT=benchmarks/results/alfworld-full/resume-kit.tar.xz
+KIT=${KIT:-benchmarks/results/alfworld-full/resume-kit.tar.xz}
 if [ "${1:-}" = --pack ]; then
     exclude=(--exclude '*/aggregate*.jsonl')
     for archived in benchmarks/results/alfworld-full/full/seed*; do
