@@ -1879,6 +1879,8 @@ MUTANTS = [
     Mutant('checkpoint: a step saved again (a resumed run re-saving it) fails on the folder there', 'src/agentrl/checkpoint.py',
            '        if final.exists():\n            shutil.rmtree(final)\n',
            '', ['test_trainer.py', 'test_sft.py', 'test_failures.py']),
+    Mutant("overlap: the sampler's exit waits on a step played ahead and never taken", "src/agentrl/rollout/ahead.py",
+           "    results.cancel_join_thread()\n", "", ["test_overlap.py"]),
 ]
 
 

@@ -151,6 +151,21 @@ def test_each_step_played_ahead_has_its_own_steps_hint(ahead):
         process.after_update(step, model.named_parameters(), hint)
 
 
+def test_a_sampler_stopped_with_a_step_played_ahead_and_never_taken_leaves_at_once(tiny_model_dir, tmp_path):
+    """Ctrl-C between steps: the step played ahead (more than a pipe holds) is never taken. The
+    process still leaves at once, and the trainer's exit is not held by it."""
+    config = small_config(tmp_path, 4, overlap={"staleness": 1}, tasks_per_step=8)
+    ahead = Ahead(config, str(tiny_model_dir))
+    model = load_model(str(tiny_model_dir), "float32")
+    ahead.start(0, model.named_parameters(), lambda step: "")
+    ahead.take(1, {})
+    while ahead.link.results.empty():  # step 2's answer on its way, unread
+        time.sleep(0.1)
+    started = time.monotonic()
+    ahead.close()
+    assert time.monotonic() - started < 15 and not ahead.link.process.is_alive()
+
+
 def test_the_fingerprint_tells_weights_apart_and_ignores_their_order():
     a = {"w": torch.arange(10_000, dtype=torch.float32), "b": torch.zeros(3)}
     b = {"w": a["w"].clone(), "b": torch.tensor([0.0, 0.0, 1e-7])}

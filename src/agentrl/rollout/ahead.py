@@ -217,6 +217,9 @@ def serve(config_data: dict, model_path: str, threads: int, requests, results, p
     trainer's to handle (it stops this process); it leaves by itself when the trainer is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the pool's workers closed on the way out
+    # Leaving never waits to deliver answers no one will read (a step played ahead and never taken:
+    # the queue's feeder thread would hold the exit, and the trainer's exit waits for this process).
+    results.cancel_join_thread()
     side = SamplerSide(config_data, model_path, threads)
     try:
         while (message := _next(requests, parent)) is not None and message[0] != "stop":
