@@ -36,6 +36,16 @@ def run(config, model_dir, resume=False):
         trainer.close()
 
 
+def played_off_reference(trainer):
+    """Step 1's trajectories, played after the policy was moved off its reference (seeded); the
+    sampler is the policy itself."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in trainer.model.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    return trainer.rollout(1)
+
+
 def strip_timing(rows):
     return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "throughput/", "eval/"))} for r in rows]
 
@@ -640,11 +650,7 @@ def test_kl_in_reward_adds_each_actions_kl_to_its_penalty(choice_model_dir, tmp_
     config = twostep.config(tmp_path, temperature=0.8, kl_coef=0.5, kl_in_reward=True, kl_estimator="k3")
     trainer = RLTrainer(config, str(choice_model_dir), tmp_path)
     try:
-        torch.manual_seed(0)
-        with torch.no_grad():  # the policy leaves its reference (the sampler is the policy itself)
-            for p in trainer.model.parameters():
-                p.add_(0.02 * torch.randn_like(p))
-        trajectories = trainer.rollout(1)
+        trajectories = played_off_reference(trainer)
         invalid = {id(s): 0.0 if s.valid else config.prompt.invalid_penalty for t in trajectories for s in t.steps}
         metrics = trainer.learn(trajectories, 1)
         penalties = []
@@ -674,11 +680,7 @@ def test_a_kl_in_the_loss_is_not_also_a_reward_penalty(choice_model_dir, tmp_pat
     config = twostep.config(tmp_path, temperature=0.8, kl_coef=0.5, kl_in_reward=False, kl_estimator="k3")
     trainer = RLTrainer(config, str(choice_model_dir), tmp_path)
     try:
-        torch.manual_seed(0)
-        with torch.no_grad():
-            for p in trainer.model.parameters():
-                p.add_(0.02 * torch.randn_like(p))
-        trajectories = trainer.rollout(1)
+        trajectories = played_off_reference(trainer)
         metrics = trainer.learn(trajectories, 1)
     finally:
         trainer.close()
@@ -823,11 +825,7 @@ def test_kl_loss_term_pulls_the_policy_back_to_its_reference(choice_model_dir, t
         return kl_k3(logp, ref).mean().item()
 
     try:
-        torch.manual_seed(0)
-        with torch.no_grad():
-            for p in trainer.model.parameters():
-                p.add_(0.02 * torch.randn_like(p))
-        trajectories = trainer.rollout(1)
+        trajectories = played_off_reference(trainer)
         batch = collate([TrainSample.from_turn(s.prompt_ids, s.response_ids) for t in trajectories for s in t.steps],
                         trainer.tokenizer.pad_token_id)
         before = kl()
