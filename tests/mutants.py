@@ -7,7 +7,7 @@ that would corrupt a research result without the suite saying so.
     .venv/bin/python tests/mutants.py --root DIR      # another checkout (its src/ and tests/)
 
 Each mutant replaces the first occurrence of one snippet in one file and restores the file
-afterwards (also on Ctrl-C). Not part of `make test`: `make mutants` runs it.
+afterwards (also on Ctrl-C). Its tests are files of tests/ or pytest node ids in them. Not part of `make test`: `make mutants` runs it.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ TESTBED = ["test_testbed.py"]
 PACKING = ["test_packing.py"]
 OVERLAP = ["test_overlap.py"]
 PROVENANCE = ["test_cli.py", "test_config.py"]
+SETTING_CHANGES = "test_settings.py::test_another_value_of_a_setting_of_the_update_changes_the_step"
 VLLM_PY = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"  # test_vllm.py runs there
 
 
@@ -1881,6 +1882,25 @@ MUTANTS = [
            '', ['test_trainer.py', 'test_sft.py', 'test_failures.py']),
     Mutant("overlap: the sampler's exit waits on a step played ahead and never taken", "src/agentrl/rollout/ahead.py",
            "    results.cancel_join_thread()\n", "", ["test_overlap.py"]),
+    Mutant("rl.kl_estimator ignored: the KL term always k3", "src/agentrl/losses/step.py",
+           "KL_ESTIMATORS.get(rl.kl_estimator)", 'KL_ESTIMATORS.get("k3")', [f"{SETTING_CHANGES}[rl.kl_estimator]"]),
+    Mutant("rl.loss_agg ignored: always token-mean", "src/agentrl/trainer.py",
+           "aggregation_weights(lengths, rl.loss_agg,", 'aggregation_weights(lengths, "token-mean",',
+           [f"{SETTING_CHANGES}[rl.loss_agg]"]),
+    Mutant("grpo: eps ignored", "src/agentrl/advantages/grpo.py",
+           "sample_std(config.normalize_std), config.eps)", "sample_std(config.normalize_std), 1e-6)",
+           [f"{SETTING_CHANGES}[rl.advantage.eps]"]),
+    Mutant("ppo_clip: the dual clip's value ignored (always 3)", "src/agentrl/losses/policy.py",
+           "cap = -advantages * config.dual_clip", "cap = -advantages * 3.0", [f"{SETTING_CHANGES}[rl.loss.dual_clip]"]),
+    Mutant("single actor: rl.optim.grad_clip ignored (always 1)", "src/agentrl/actor/single.py",
+           "self.grad_clip = optim.grad_clip", "self.grad_clip = 1.0", [f"{SETTING_CHANGES}[rl.optim.grad_clip]"]),
+    Mutant("samples text: an episode's first turn shown, not its last", "src/agentrl/trainer.py",
+           "        s = t.steps[-1]\n", "        s = t.steps[0]\n",
+           ["test_trainer.py::test_log_samples_shows_that_many_episodes_last_turns_a_task_group_at_a_time"]),
+    Mutant("samples text: one task group's episodes before the next group's", "src/agentrl/trainer.py",
+           "picked = [ts[i] for i in range(max(map(len, by_group.values()), default=0)) for ts in by_group.values()",
+           "picked = [ts[i] for ts in by_group.values() for i in range(max(map(len, by_group.values()), default=0))",
+           ["test_trainer.py::test_log_samples_shows_that_many_episodes_last_turns_a_task_group_at_a_time"]),
 ]
 
 
@@ -1889,7 +1909,7 @@ def run(mutant: Mutant, root: Path, timeout: int) -> tuple[str, float, str]:
     original = path.read_text()
     if mutant.old not in original:
         return "n/a", 0.0, ""
-    tests = [str(root / "tests" / t) for t in dict.fromkeys(mutant.tests) if (root / "tests" / t).exists()]
+    tests = [str(root / "tests" / t) for t in dict.fromkeys(mutant.tests) if (root / "tests" / t.split("::")[0]).exists()]
     path.write_text(original.replace(mutant.old, mutant.new, 1))
     start = time.perf_counter()
     try:

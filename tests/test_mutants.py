@@ -1,7 +1,7 @@
 """The mutation pass is only as good as its mutants: each must still apply to this checkout.
 
 `tests/mutants.py` reports a mutant whose snippet is gone as "n/a" (so it can run against older
-checkouts); here, at this checkout, a missing snippet or test file is an error, so a refactor
+checkouts); here, at this checkout, a missing snippet, test file or test is an error, so a refactor
 cannot quietly retire a mutant.
 """
 
@@ -18,4 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_mutant_applies_here(mutant):
     assert mutant.old in (ROOT / mutant.path).read_text(), f"{mutant.path} no longer holds the snippet"
     assert mutant.old != mutant.new
-    assert all((ROOT / "tests" / name).is_file() for name in mutant.tests)
+    for test in mutant.tests:
+        file, _, name = test.partition("::")
+        assert (ROOT / "tests" / file).is_file(), test
+        assert not name or f"def {name.split('[')[0]}(" in (ROOT / "tests" / file).read_text(), test

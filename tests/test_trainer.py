@@ -90,6 +90,24 @@ def test_training_changes_the_weights_and_logs_namespaced_metrics(tiny_model_dir
     assert metrics["rollout/length"] == 3.0  # untrained model: every episode runs to max_steps
 
 
+def test_log_samples_shows_that_many_episodes_last_turns_a_task_group_at_a_time():
+    """rl.log_samples: TensorBoard's `samples` text holds the last turn of that many episodes, one
+    of each task group before a second of any."""
+    from agentrl.rollout.types import StepSample, Trajectory
+    from agentrl.trainer import samples_markdown
+
+    def episode(group, i):
+        turns = [StepSample([1], [2], [0.0], f"reply {group}.{i}.{k}", "go", "obs", "a", prompt=f"prompt {group}.{i}.{k}")
+                 for k in range(2)]
+        return Trajectory(f"task-{group}", group, "kind", turns)
+
+    trajectories = [episode(group, i) for group in (0, 1) for i in range(3)]
+    for n, shown in [(1, ["0.0"]), (3, ["0.0", "1.0", "0.1"]), (10, ["0.0", "1.0", "0.1", "1.1", "0.2", "1.2"])]:
+        parts = samples_markdown(trajectories, n).split("\n\n---\n\n")
+        assert [p.split("reply ")[1][:3] for p in parts] == shown
+        assert all(f"prompt {s}.1" in p and f"reply {s}.1" in p for s, p in zip(shown, parts))  # the last turn
+
+
 def test_the_exported_model_is_the_last_checkpoint(tiny_model_dir, tmp_path):
     run(small_config(tmp_path / "run", 2, keep_last=2), tiny_model_dir)
     first, last = list_checkpoints(tmp_path / "run")

@@ -1,0 +1,183 @@
+"""Every setting of RL does what its documentation says to one training step, by construction:
+each field of `rl` (its own and its sections': the optimiser, the default loss, actor, sampler and
+estimator, the environment pool, the rollout loop) is in one of three tables, and a field added
+later fails `test_every_rl_setting_is_in_one_table` until it is put in one.
+
+- CHANGES: another value changes the weights one step leaves (with what both runs need for the
+  difference to show): a setting read nowhere, or read and then dropped, fails.
+- KEEPS: another value leaves them as they were, bit for bit or, where the documentation says so,
+  up to float summation order: settings of how a step is computed, not what.
+- ELSEWHERE: what it changes is not one step's weights (outputs, faults, the number of steps, other
+  processes): the test that checks what it does, which must exist.
+
+A step here is the two-step task (`twostep.py`) played by a policy that picks either action about
+half the time, so returns differ within each task group, trained in four mini-batches, so that from
+the second on the policy is off its reference and its old log-probs, and the clip ranges, the KL and
+Adam's later steps all act. What is compared is the policy's logits on one prompt and reply."""
+
+import ast
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+import twostep
+
+from agentrl.config import Section
+from agentrl.recipe import validate_config
+from agentrl.trainer import RLTrainer
+
+BASE_RL = {"steps": 1, "tasks_per_step": 2, "group_size": 4, "mini_batch_size": 4, "micro_batch_tokens": 4096,
+           "kl_coef": 0.05, "optim": {"lr": 3e-4, "weight_decay": 0.0}}
+
+CHANGES = {  # setting: (another value, settings both runs need)
+    "rl.tasks_per_step": (1, {}),
+    "rl.group_size": (2, {}),
+    "rl.mini_batch_size": (16, {}),
+    "rl.mini_batch_order": ("grouped", {}),
+    "rl.epochs": (2, {}),
+    "rl.loss_agg": ("seq-mean-token-sum", {}),
+    "rl.kl_estimator": ("k1", {}),
+    "rl.kl_coef": (0.5, {}),
+    "rl.kl_in_reward": (True, {}),
+    "rl.entropy_coef": (0.1, {}),
+    "rl.tis_cap": (0.5, {"rl.old_logprobs": "actor"}),
+    "rl.advantage.type": ("rloo", {}),
+    "rl.advantage.normalize_std": (False, {}),
+    "rl.advantage.eps": (1.0, {}),
+    "rl.loss.type": ("seq_ratio", {}),
+    "rl.loss.clip_low": (0.005, {}),
+    "rl.loss.clip_high": (0.005, {}),
+    "rl.loss.dual_clip": (1.01, {"rl.loss.clip_high": 10.0}),
+    "rl.optim.lr": (1e-3, {}),
+    "rl.optim.weight_decay": (0.5, {}),
+    "rl.optim.betas": ((0.5, 0.9), {}),
+    "rl.optim.grad_clip": (1e-6, {}),
+    "rl.optim.warmup_steps": (2, {}),
+    "rl.actor.lora": ({"r": 4}, {}),
+}
+
+FLOAT_ORDER = 1e-3  # of the step's own change: what float summation order may move a weight by
+
+KEEPS = {  # setting: (another value, bit for bit?)
+    "rl.micro_batch_tokens": (64, False),
+    "rl.pack_prefixes": (False, False),
+    "rl.check_logprobs_every": (0, True),
+    "rl.old_logprobs": ("actor", False),  # the sampler here is the policy itself, in fp32
+    "rl.actor.activation_checkpointing": (True, False),
+    "rl.sampler.share_prefixes": (False, False),
+    "rl.sampler.keep_cache_mib": (64.0, True),
+}
+
+ELSEWHERE = {
+    "rl.steps": "test_trainer.py::test_resume_continues_exactly_like_an_uninterrupted_run",
+    "rl.balance_task_types": "test_trainer.py::test_balance_task_types_draws_each_steps_tasks_a_type_at_a_time",
+    "rl.train_task_types": "test_alfworld.py::test_rl_train_task_types_replace_the_envs_for_rl_only",
+    "rl.advantage.level": "test_advantages.py::test_grpo_step_level_by_hand_with_two_task_groups",
+    "rl.actor.backend": "test_distributed.py::test_two_ranks_match_one_process",
+    "rl.sampler.type": "test_vllm.py::test_vllm_sampler_in_the_trainer_reproduces_and_resumes",
+    "rl.aux": "test_trainer.py::test_aux_loss_joins_the_update",
+    "rl.components": "test_trainer.py::test_nthr_runs_inside_the_update",
+    "rl.eval_every": "test_cli.py::test_run_pipeline_end_to_end_and_rerun_skips_done_phases",
+    "rl.save_every": "test_trainer.py::test_resume_continues_exactly_like_an_uninterrupted_run",
+    "rl.keep_last": "test_trainer.py::test_resume_continues_exactly_like_an_uninterrupted_run",
+    "rl.save_rollouts": "test_trainer.py::test_resume_continues_exactly_like_an_uninterrupted_run",
+    "rl.log_samples": "test_trainer.py::test_log_samples_shows_that_many_episodes_last_turns_a_task_group_at_a_time",
+    "rl.env_pool.backend": "test_ray_pool.py::test_ray_pool_matches_in_process_and_stops_its_own_cluster",
+    "rl.env_pool.workers": "test_pool.py::test_worker_processes_match_in_process",
+    "rl.env_pool.step_timeout_s": "test_pool.py::test_the_time_limit_is_per_environment_of_a_worker",
+    "rl.env_pool.reset_timeout_s": "test_pool.py::test_a_tried_move_or_expert_question_is_timed_and_named_by_the_step_limit",
+    "rl.env_pool.ray.address": "test_ray_pool.py::test_a_ray_address_nothing_answers_at_exits_2_at_once_naming_it",
+    "rl.env_pool.ray.num_cpus": "test_ray_pool.py::test_ray_workers_that_do_not_fit_the_local_cluster_are_refused",
+    "rl.env_pool.ray.memory_gib": "test_ray_pool.py::test_ray_workers_that_do_not_fit_the_local_cluster_are_refused",
+    "rl.rollout.mode": "test_rollout_modes.py::test_async_plays_the_same_episodes_as_lockstep",
+    "rl.rollout.batch_window_s": "test_rollout_modes.py::test_async_plays_the_same_episodes_as_lockstep",
+    "rl.rollout.filter_groups": "test_trainer.py::test_filter_groups_draws_more_tasks_and_trains_only_groups_whose_returns_differ",
+    "rl.overlap": "test_overlap.py::test_staleness_0_plays_the_in_process_runs_samples_and_1_samples_each_step_with_the_weights_it_records",
+    "rl.max_aborted_share": "test_failures.py::test_a_run_whose_episodes_all_abort_stops_naming_the_timeout",
+    "rl.max_skipped_updates": "test_failures.py::test_non_finite_updates_are_skipped_counted_and_stop_the_run",
+}
+
+
+def rl_settings(section: Section, prefix: str = "rl.") -> list[str]:
+    """The dotted name of every field of `section` that is not itself a section."""
+    names = []
+    for name in type(section).model_fields:
+        value = getattr(section, name)
+        names += rl_settings(value, f"{prefix}{name}.") if isinstance(value, Section) else [f"{prefix}{name}"]
+    return names
+
+
+def test_every_rl_setting_is_in_one_table():
+    settings = rl_settings(validate_config({"env": {"type": "twostep"}, "rl": BASE_RL}).rl)
+    tables = [*CHANGES, *KEEPS, *ELSEWHERE]
+    assert sorted(tables) == sorted(set(tables)), "a setting in two tables"
+    assert sorted(settings) == sorted(tables)
+
+
+@pytest.mark.parametrize("setting", sorted(ELSEWHERE))
+def test_a_setting_checked_elsewhere_names_a_test_that_exists(setting):
+    file, name = ELSEWHERE[setting].split("::")
+    tree = ast.parse((Path(__file__).parent / file).read_text())
+    assert name in {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}, ELSEWHERE[setting]
+
+
+def with_settings(settings: dict) -> dict:
+    """BASE_RL with dotted `rl.` settings put in."""
+    rl = copy.deepcopy(BASE_RL)
+    for dotted, value in settings.items():
+        *sections, name = dotted.split(".")[1:]
+        inner = rl
+        for section in sections:
+            inner = inner.setdefault(section, {})
+        inner[name] = value
+    return rl
+
+
+def step_logits(model_dir, run_dir, settings: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The policy's logits on the task's first prompt and a reply, before and after one training
+    step with `settings` (logits, not weights: LoRA trains other parameters than the full model's)."""
+    config = twostep.config(run_dir, temperature=1.0, **with_settings(settings))
+    trainer = RLTrainer(config, str(model_dir), run_dir)
+    try:
+        probe = trainer.tokenizer(twostep.first_prompt() + twostep.response(twostep.GOOD), return_tensors="pt").input_ids
+        with torch.no_grad():
+            before = trainer.model(probe).logits
+        trainer.train_step()
+        with torch.no_grad():
+            return before, trainer.model(probe).logits
+    finally:
+        trainer.close()
+
+
+@pytest.fixture(scope="module")
+def base_step(choice_model_dir, tmp_path_factory):
+    """The logits before and after one step of BASE_RL with the settings both runs need."""
+    cache = {}
+
+    def logits(context: dict):
+        key = repr(sorted(context.items()))
+        if key not in cache:
+            cache[key] = step_logits(choice_model_dir, tmp_path_factory.mktemp("base"), context)
+        return cache[key]
+    return logits
+
+
+def largest(difference: torch.Tensor) -> float:
+    return difference.abs().max().item()
+
+
+@pytest.mark.parametrize("setting", sorted(CHANGES))
+def test_another_value_of_a_setting_of_the_update_changes_the_step(setting, base_step, choice_model_dir, tmp_path):
+    other, context = CHANGES[setting]
+    before, after = base_step(context)
+    _, changed = step_logits(choice_model_dir, tmp_path, {**context, setting: other})
+    assert largest(changed - after) > FLOAT_ORDER * largest(after - before), (largest(changed - after), largest(after - before))
+
+
+@pytest.mark.parametrize("setting", sorted(KEEPS))
+def test_another_value_of_a_setting_of_how_a_step_is_computed_keeps_the_step(setting, base_step, choice_model_dir, tmp_path):
+    other, exact = KEEPS[setting]
+    before, after = base_step({})
+    _, kept = step_logits(choice_model_dir, tmp_path, {setting: other})
+    assert largest(kept - after) <= (0 if exact else FLOAT_ORDER * largest(after - before)), (largest(kept - after), largest(after - before))
