@@ -32,7 +32,7 @@ TESTBED = ["test_testbed.py"]
 PACKING = ["test_packing.py"]
 OVERLAP = ["test_overlap.py"]
 PROVENANCE = ["test_cli.py", "test_config.py"]
-SETTING_CHANGES = "test_settings.py::test_another_value_of_a_setting_of_the_update_changes_the_step"
+SETTING_CHANGES = "test_settings.py::test_another_value_of_a_setting_changes_the_step"
 VLLM_PY = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"  # test_vllm.py runs there
 
 
@@ -1901,6 +1901,8 @@ MUTANTS = [
            "picked = [ts[i] for i in range(max(map(len, by_group.values()), default=0)) for ts in by_group.values()",
            "picked = [ts[i] for ts in by_group.values() for i in range(max(map(len, by_group.values()), default=0))",
            ["test_trainer.py::test_log_samples_shows_that_many_episodes_last_turns_a_task_group_at_a_time"]),
+    Mutant("sft: sft.actor's LoRA ignored (the whole model trained)", "src/agentrl/sft.py",
+           "    if actor_cfg.lora is not None:\n", "    if False:\n", [f"{SETTING_CHANGES}[sft.actor.lora]"]),
 ]
 
 

@@ -1,19 +1,22 @@
-"""Every setting of RL does what its documentation says to one training step, by construction:
-each field of `rl` (its own and its sections': the optimiser, the default loss, actor, sampler and
-estimator, the environment pool, the rollout loop) is in one of three tables, and a field added
-later fails `test_every_rl_setting_is_in_one_table` until it is put in one.
+"""Every setting an RL step reads does what its documentation says, by construction: each field
+of `rl` (its own and its sections': the optimiser, the default loss, actor, sampler and estimator,
+the environment pool, the rollout loop), `sampling` and `prompt` is in one of three tables, and a
+field added later fails `test_every_setting_of_a_step_is_in_one_table` until it is put in one.
 
-- CHANGES: another value changes the weights one step leaves (with what both runs need for the
+- CHANGES: another value changes the policy one step leaves (with what both runs need for the
   difference to show): a setting read nowhere, or read and then dropped, fails.
-- KEEPS: another value leaves them as they were, bit for bit or, where the documentation says so,
-  up to float summation order: settings of how a step is computed, not what.
-- ELSEWHERE: what it changes is not one step's weights (outputs, faults, the number of steps, other
-  processes): the test that checks what it does, which must exist.
+- KEEPS: another value leaves it as it was, bit for bit or, where the documentation says so, up to
+  float summation order: settings of how a step is computed, not what.
+- ELSEWHERE: what it changes is not the policy one step leaves (outputs, faults, the number of
+  steps, other processes, data for SFT), or not on this task: the test that checks what it does,
+  which must exist.
 
-A step here is the two-step task (`twostep.py`) played by a policy that picks either action about
+An RL step here is the two-step task (`twostep.py`) played by a policy that picks either action about
 half the time, so returns differ within each task group, trained in four mini-batches, so that from
 the second on the policy is off its reference and its old log-probs, and the clip ranges, the KL and
-Adam's later steps all act. What is compared is the policy's logits on one prompt and reply."""
+Adam's later steps all act. An SFT is the tiny model trained on that task's data (either action
+in every state) in four optimiser steps. What is compared is the policy's logits on one prompt and
+reply."""
 
 import ast
 import copy
@@ -24,11 +27,20 @@ import torch
 import twostep
 
 from agentrl.config import Section
+from agentrl.models import load_model, load_tokenizer
 from agentrl.recipe import validate_config
+from agentrl.sft import train_sft
 from agentrl.trainer import RLTrainer
 
-BASE_RL = {"steps": 1, "tasks_per_step": 2, "group_size": 4, "mini_batch_size": 4, "micro_batch_tokens": 4096,
-           "kl_coef": 0.05, "optim": {"lr": 3e-4, "weight_decay": 0.0}}
+BASE = {
+    "seed": 7, "env": {"type": "twostep"},
+    "prompt": {"template": twostep.TEMPLATE, "history_length": 1},
+    "sampling": {"max_new_tokens": 24, "temperature": 1.0},
+    "rl": {"steps": 1, "tasks_per_step": 2, "group_size": 4, "mini_batch_size": 4, "micro_batch_tokens": 4096,
+           "kl_coef": 0.05, "optim": {"lr": 3e-4, "weight_decay": 0.0}},
+    "sft": {"epochs": 1, "batch_size": 8, "optim": {"lr": 1e-3, "weight_decay": 0.0}},
+}
+SECTIONS = ("rl", "sampling", "prompt", "sft")
 
 CHANGES = {  # setting: (another value, settings both runs need)
     "rl.tasks_per_step": (1, {}),
@@ -55,6 +67,22 @@ CHANGES = {  # setting: (another value, settings both runs need)
     "rl.optim.grad_clip": (1e-6, {}),
     "rl.optim.warmup_steps": (2, {}),
     "rl.actor.lora": ({"r": 4}, {}),
+    "sampling.temperature": (0.7, {}),
+    "sampling.top_p": (0.5, {}),
+    "sampling.max_new_tokens": (8, {}),
+    "prompt.template": (twostep.TEMPLATE.replace("Task:", "Goal:"), {}),
+    "prompt.history_length": (0, {}),
+    "prompt.full_history": (True, {}),
+    "prompt.turn_template": ("Now: {observation}\nActions: {actions}", {"prompt.full_history": True}),
+    "sft.epochs": (2, {}),
+    "sft.batch_size": (16, {}),
+    "sft.prompt_loss_weight": (0.5, {}),
+    "sft.optim.lr": (3e-4, {}),
+    "sft.optim.weight_decay": (0.5, {}),
+    "sft.optim.betas": ((0.5, 0.9), {}),
+    "sft.optim.grad_clip": (1e-6, {}),
+    "sft.optim.warmup_steps": (2, {}),
+    "sft.actor.lora": ({"r": 4}, {}),
 }
 
 FLOAT_ORDER = 1e-3  # of the step's own change: what float summation order may move a weight by
@@ -67,6 +95,10 @@ KEEPS = {  # setting: (another value, bit for bit?)
     "rl.actor.activation_checkpointing": (True, False),
     "rl.sampler.share_prefixes": (False, False),
     "rl.sampler.keep_cache_mib": (64.0, True),
+    "sft.micro_batch_tokens": (64, False),
+    "sft.pack_prefixes": (True, False),
+    "sft.save_every": (1, True),
+    "sft.actor.activation_checkpointing": (True, False),
 }
 
 ELSEWHERE = {
@@ -96,20 +128,32 @@ ELSEWHERE = {
     "rl.overlap": "test_overlap.py::test_staleness_0_plays_the_in_process_runs_samples_and_1_samples_each_step_with_the_weights_it_records",
     "rl.max_aborted_share": "test_failures.py::test_a_run_whose_episodes_all_abort_stops_naming_the_timeout",
     "rl.max_skipped_updates": "test_failures.py::test_non_finite_updates_are_skipped_counted_and_stop_the_run",
+    "sampling.retries": "test_rollout_modes.py::test_retries_resample_until_the_action_is_admissible",
+    "prompt.require_think": "test_prompting.py::test_invalid_forms",
+    "prompt.expert_tags": "test_sft.py::test_expert_data_with_rlvmr_meta_tags",
+    "prompt.invalid_penalty": "test_trainer.py::test_kl_in_reward_adds_each_actions_kl_to_its_penalty",
+    "sft.actor.backend": "test_distributed.py::test_sharded_sft_matches_one_process_and_resumes_exactly_after_a_kill",
+    "sft.episodes": "test_cli.py::test_data_from_a_recipe_without_sft_or_rl_sections",
+    "sft.data": "test_cli.py::test_what_sft_on_given_data_depends_on",
+    "sft.judgments": "test_gcd.py::test_judgment_data_is_balanced_and_parseable",
+    "sft.detours": "test_sft.py::test_detours_teach_recovery_with_the_experts_labels",
+    "sft.keep_failed": "test_testbed.py::test_a_random_key_demonstrator_is_imitated_mistakes_included",
+    "sft.dagger": "test_dagger.py::test_pipeline_rounds_aggregate_every_label_and_are_reused",
 }
 
 
-def rl_settings(section: Section, prefix: str = "rl.") -> list[str]:
+def settings_of(section: Section, prefix: str) -> list[str]:
     """The dotted name of every field of `section` that is not itself a section."""
     names = []
     for name in type(section).model_fields:
         value = getattr(section, name)
-        names += rl_settings(value, f"{prefix}{name}.") if isinstance(value, Section) else [f"{prefix}{name}"]
+        names += settings_of(value, f"{prefix}{name}.") if isinstance(value, Section) else [f"{prefix}{name}"]
     return names
 
 
-def test_every_rl_setting_is_in_one_table():
-    settings = rl_settings(validate_config({"env": {"type": "twostep"}, "rl": BASE_RL}).rl)
+def test_every_setting_of_a_step_is_in_one_table():
+    config = validate_config(BASE)
+    settings = [name for section in SECTIONS for name in settings_of(getattr(config, section), f"{section}.")]
     tables = [*CHANGES, *KEEPS, *ELSEWHERE]
     assert sorted(tables) == sorted(set(tables)), "a setting in two tables"
     assert sorted(settings) == sorted(tables)
@@ -122,43 +166,68 @@ def test_a_setting_checked_elsewhere_names_a_test_that_exists(setting):
     assert name in {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}, ELSEWHERE[setting]
 
 
-def with_settings(settings: dict) -> dict:
-    """BASE_RL with dotted `rl.` settings put in."""
-    rl = copy.deepcopy(BASE_RL)
+def with_settings(run_dir: Path, settings: dict):
+    """The config of BASE with dotted settings put in."""
+    recipe = {**copy.deepcopy(BASE), "run_dir": str(run_dir)}
     for dotted, value in settings.items():
-        *sections, name = dotted.split(".")[1:]
-        inner = rl
+        *sections, name = dotted.split(".")
+        inner = recipe
         for section in sections:
             inner = inner.setdefault(section, {})
         inner[name] = value
-    return rl
+    return validate_config(recipe)
+
+
+def probe_logits(model, tokenizer) -> torch.Tensor:
+    """The model's logits on the task's first prompt and a reply (logits, not weights: LoRA trains
+    other parameters than the full model's)."""
+    probe = tokenizer(twostep.first_prompt() + twostep.response(twostep.GOOD), return_tensors="pt").input_ids
+    with torch.no_grad():
+        return model(probe).logits
 
 
 def step_logits(model_dir, run_dir, settings: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """The policy's logits on the task's first prompt and a reply, before and after one training
-    step with `settings` (logits, not weights: LoRA trains other parameters than the full model's)."""
-    config = twostep.config(run_dir, temperature=1.0, **with_settings(settings))
-    trainer = RLTrainer(config, str(model_dir), run_dir)
+    """The policy's probe logits before and after one RL step with `settings`."""
+    trainer = RLTrainer(with_settings(run_dir, settings), str(model_dir), run_dir)
     try:
-        probe = trainer.tokenizer(twostep.first_prompt() + twostep.response(twostep.GOOD), return_tensors="pt").input_ids
-        with torch.no_grad():
-            before = trainer.model(probe).logits
+        before = probe_logits(trainer.model, trainer.tokenizer)
         trainer.train_step()
-        with torch.no_grad():
-            return before, trainer.model(probe).logits
+        return before, probe_logits(trainer.model, trainer.tokenizer)
     finally:
         trainer.close()
 
 
+def sft_logits(model_dir, run_dir, settings: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The probe logits of the model before and after SFT with `settings` on the two-step task's
+    data (either action in every state)."""
+    config = with_settings(run_dir, settings)
+    model, tokenizer = load_model(model_dir), load_tokenizer(model_dir)
+    before = probe_logits(model, tokenizer)
+    twostep.write_choice_data(run_dir / "data.jsonl")
+    out = train_sft(model, tokenizer, run_dir / "data.jsonl", config.sft, config.seed, run_dir / "sft")
+    return before, probe_logits(load_model(out), tokenizer)
+
+
+def trained_logits(tiny_model_dir, choice_model_dir, run_dir, settings: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """An SFT from the tiny model where a setting of `sft` is tried, else an RL step from the
+    choice model."""
+    if any(name.startswith("sft.") for name in settings):
+        return sft_logits(tiny_model_dir, run_dir, settings)
+    return step_logits(choice_model_dir, run_dir, settings)
+
+
 @pytest.fixture(scope="module")
-def base_step(choice_model_dir, tmp_path_factory):
-    """The logits before and after one step of BASE_RL with the settings both runs need."""
+def base_step(tiny_model_dir, choice_model_dir, tmp_path_factory):
+    """The probe logits before and after training with BASE and the settings both runs need
+    (`sft`: `{"sft": True}`)."""
     cache = {}
 
-    def logits(context: dict):
-        key = repr(sorted(context.items()))
+    def logits(context: dict, sft: bool):
+        key = repr((sorted(context.items()), sft))
         if key not in cache:
-            cache[key] = step_logits(choice_model_dir, tmp_path_factory.mktemp("base"), context)
+            run_dir = tmp_path_factory.mktemp("base")
+            cache[key] = (sft_logits(tiny_model_dir, run_dir, context) if sft
+                          else step_logits(choice_model_dir, run_dir, context))
         return cache[key]
     return logits
 
@@ -168,16 +237,17 @@ def largest(difference: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("setting", sorted(CHANGES))
-def test_another_value_of_a_setting_of_the_update_changes_the_step(setting, base_step, choice_model_dir, tmp_path):
+def test_another_value_of_a_setting_changes_the_step(setting, base_step, tiny_model_dir, choice_model_dir, tmp_path):
     other, context = CHANGES[setting]
-    before, after = base_step(context)
-    _, changed = step_logits(choice_model_dir, tmp_path, {**context, setting: other})
+    before, after = base_step(context, setting.startswith("sft."))
+    _, changed = trained_logits(tiny_model_dir, choice_model_dir, tmp_path, {**context, setting: other})
     assert largest(changed - after) > FLOAT_ORDER * largest(after - before), (largest(changed - after), largest(after - before))
 
 
 @pytest.mark.parametrize("setting", sorted(KEEPS))
-def test_another_value_of_a_setting_of_how_a_step_is_computed_keeps_the_step(setting, base_step, choice_model_dir, tmp_path):
+def test_another_value_of_a_setting_of_how_a_step_is_computed_keeps_the_step(setting, base_step, tiny_model_dir,
+                                                                              choice_model_dir, tmp_path):
     other, exact = KEEPS[setting]
-    before, after = base_step({})
-    _, kept = step_logits(choice_model_dir, tmp_path, {setting: other})
+    before, after = base_step({}, setting.startswith("sft."))
+    _, kept = trained_logits(tiny_model_dir, choice_model_dir, tmp_path, {setting: other})
     assert largest(kept - after) <= (0 if exact else FLOAT_ORDER * largest(after - before)), (largest(kept - after), largest(after - before))
