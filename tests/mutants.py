@@ -1903,6 +1903,10 @@ MUTANTS = [
            ["test_trainer.py::test_log_samples_shows_that_many_episodes_last_turns_a_task_group_at_a_time"]),
     Mutant("sft: sft.actor's LoRA ignored (the whole model trained)", "src/agentrl/sft.py",
            "    if actor_cfg.lora is not None:\n", "    if False:\n", [f"{SETTING_CHANGES}[sft.actor.lora]"]),
+    Mutant("overlap: a dead sampler process not noticed (the trainer waits for its step forever)",
+           "src/agentrl/rollout/ahead.py", "                if not self.process.is_alive():\n",
+           "                if False:\n",
+           ["test_overlap.py::test_a_sampler_process_killed_mid_run_stops_the_run_at_the_step_it_owed_and_the_exit_is_not_held"]),
 ]
 
 

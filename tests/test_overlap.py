@@ -2,6 +2,7 @@
 
 import importlib.util
 import multiprocessing
+import os
 import signal
 import subprocess
 import sys
@@ -164,6 +165,49 @@ def test_a_sampler_stopped_with_a_step_played_ahead_and_never_taken_leaves_at_on
     started = time.monotonic()
     ahead.close()
     assert time.monotonic() - started < 15 and not ahead.link.process.is_alive()
+
+
+DEAD_SAMPLER = """
+import os, signal, sys
+from pathlib import Path
+from test_trainer import small_config
+from agentrl.errors import RunError
+from agentrl.models import load_model
+from agentrl.rollout.ahead import Ahead
+
+
+def main(model_dir, run_dir):
+    ahead = Ahead(small_config(Path(run_dir), 6, overlap={"staleness": 1}), model_dir)
+    model = load_model(model_dir, "float32")
+    ahead.start(0, model.named_parameters(), lambda step: "")
+    ahead.take(1, {})
+    os.kill(ahead.link.process.pid, signal.SIGKILL)
+    ahead.link.process.join()
+    for step in (1, 2, 3):  # pushes no one will read
+        ahead.after_update(step, model.named_parameters(), lambda step: "")
+    try:
+        ahead.take(2, {})
+    except RunError as error:
+        print(error, flush=True)
+    ahead.close()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
+"""
+
+
+def test_a_sampler_process_killed_mid_run_stops_the_run_at_the_step_it_owed_and_the_exit_is_not_held(
+        tiny_model_dir, tmp_path):
+    """The sampler process killed after a step, three weight pushes sent to it after: the trainer
+    says which step it owed and its process leaves (its queue's pushes never read do not hold it)."""
+    script = tmp_path / "dead_sampler.py"
+    script.write_text(DEAD_SAMPLER)
+    tests, src = Path(__file__).parent, Path(__file__).parents[1] / "src"
+    proc = subprocess.run([sys.executable, str(script), str(tiny_model_dir), str(tmp_path / "run")], capture_output=True,
+                          text=True, timeout=240, env={**os.environ, "PYTHONPATH": f"{src}:{tests}"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "the sampler process (rl.overlap) died with exit code -9 before playing RL step 2" in proc.stdout
 
 
 def test_the_fingerprint_tells_weights_apart_and_ignores_their_order():
