@@ -196,3 +196,15 @@ def test_critic_explained_variance_by_hand():
     assert metrics["critic/explained_variance"] == pytest.approx(1 - 1.25 / 3.5)
     assert metrics["critic/value_mean"] == 2.5 and metrics["critic/return_mean"] == 3.0
     assert value_metrics(values, [2.0] * 4)["critic/explained_variance"] == 0.0  # returns without spread
+
+
+def test_rlvmr_without_meta_tags_is_grpo_with_its_own_level_and_normalisation():
+    """RLVMR's episode part is GRPO with RLVMR's `level`, `normalize_std` and `eps` (on groups
+    whose episodes differ in length, so the two levels differ)."""
+    results = {}
+    for level in ("step", "trajectory"):
+        for std in (True, False):
+            rlvmr = compute_advantages(two_groups(), RLVMRConfig(level=level, normalize_std=std, eps=0.0)).values
+            assert rlvmr == compute_advantages(two_groups(), GRPOConfig(level=level, normalize_std=std, eps=0.0)).values
+            results[level, std] = rlvmr
+    assert len({repr(v) for v in results.values()}) == 4

@@ -29,6 +29,7 @@ import twostep
 from agentrl.config import Section
 from agentrl.models import load_model, load_tokenizer
 from agentrl.recipe import validate_config
+from agentrl.registry import ADVANTAGES, POLICY_LOSSES
 from agentrl.sft import train_sft
 from agentrl.trainer import RLTrainer
 
@@ -41,6 +42,8 @@ BASE = {
     "sft": {"epochs": 1, "batch_size": 8, "optim": {"lr": 1e-3, "weight_decay": 0.0}},
 }
 SECTIONS = ("rl", "sampling", "prompt", "sft")
+VARIANTS = {"rl.advantage": ADVANTAGES, "rl.loss": POLICY_LOSSES}
+"""Sections whose every built-in type is enumerated too, as `rl.advantage[gigpo].gamma`."""
 
 CHANGES = {  # setting: (another value, settings both runs need)
     "rl.tasks_per_step": (1, {}),
@@ -61,6 +64,24 @@ CHANGES = {  # setting: (another value, settings both runs need)
     "rl.loss.clip_low": (0.005, {}),
     "rl.loss.clip_high": (0.005, {}),
     "rl.loss.dual_clip": (1.01, {"rl.loss.clip_high": 10.0}),
+    "rl.loss[seq_ratio].clip_low": (0.005, {"rl.loss[seq_ratio].dual_clip": None}),
+    "rl.loss[seq_ratio].clip_high": (0.005, {"rl.loss[seq_ratio].dual_clip": None}),
+    "rl.loss[seq_ratio].dual_clip": (1.0001, {"rl.loss[seq_ratio].clip_high": 10.0}),
+    "rl.advantage[gigpo].gamma": (0.5, {"rl.advantage[gigpo].step_std": False}),
+    "rl.advantage[gigpo].step_weight": (0.0, {}),
+    "rl.advantage[gigpo].step_std": (False, {}),
+    "rl.advantage[gigpo].episode_std": (False, {}),
+    "rl.advantage[gigpo].eps": (1.0, {}),
+    "rl.advantage[gagpo].gamma": (0.5, {}),
+    "rl.advantage[gagpo].lam": (0.3, {}),
+    "rl.advantage[gagpo].normalize_std": (False, {}),
+    "rl.advantage[gagpo].eps": (1.0, {}),
+    "rl.advantage[ppo].gamma": (0.5, {}),
+    "rl.advantage[ppo].lam": (0.5, {}),
+    "rl.advantage[ppo].normalize": (False, {}),
+    "rl.advantage[ppo].eps": (1.0, {}),
+    "rl.advantage[rlvmr].normalize_std": (False, {}),
+    "rl.advantage[rlvmr].eps": (1.0, {}),
     "rl.optim.lr": (1e-3, {}),
     "rl.optim.weight_decay": (0.5, {}),
     "rl.optim.betas": ((0.5, 0.9), {}),
@@ -106,6 +127,17 @@ ELSEWHERE = {
     "rl.balance_task_types": "test_trainer.py::test_balance_task_types_draws_each_steps_tasks_a_type_at_a_time",
     "rl.train_task_types": "test_alfworld.py::test_rl_train_task_types_replace_the_envs_for_rl_only",
     "rl.advantage.level": "test_advantages.py::test_grpo_step_level_by_hand_with_two_task_groups",
+    "rl.advantage[rlvmr].level": "test_advantages.py::test_rlvmr_without_meta_tags_is_grpo_with_its_own_level_and_normalisation",
+    "rl.advantage[rlvmr].meta_weight": "test_advantages.py::test_rlvmr_by_hand",
+    "rl.advantage[rlvmr].planning_reward": "test_advantages.py::test_rlvmr_by_hand",
+    "rl.advantage[rlvmr].explore_reward": "test_advantages.py::test_rlvmr_by_hand",
+    "rl.advantage[rlvmr].reflection_reward": "test_advantages.py::test_rlvmr_reflection_needs_an_ineffective_previous_step",
+    "rl.advantage[ppo].critic_path": "test_trainer.py::test_critic_path_is_the_critics_body",
+    "rl.advantage[ppo].critic_lr": "test_trainer.py::test_critic_regresses_to_its_targets",
+    "rl.advantage[ppo].critic_weight_decay": "test_trainer.py::test_the_critics_own_settings_each_change_its_update",
+    "rl.advantage[ppo].critic_grad_clip": "test_trainer.py::test_the_critics_own_settings_each_change_its_update",
+    "rl.advantage[ppo].critic_epochs": "test_trainer.py::test_ppo_critic_regresses_onto_the_step_returns",
+    "rl.advantage[ppo].value_clip": "test_trainer.py::test_critic_regresses_to_its_targets",
     "rl.actor.backend": "test_distributed.py::test_two_ranks_match_one_process",
     "rl.sampler.type": "test_vllm.py::test_vllm_sampler_in_the_trainer_reproduces_and_resumes",
     "rl.aux": "test_trainer.py::test_aux_loss_joins_the_update",
@@ -154,6 +186,10 @@ def settings_of(section: Section, prefix: str) -> list[str]:
 def test_every_setting_of_a_step_is_in_one_table():
     config = validate_config(BASE)
     settings = [name for section in SECTIONS for name in settings_of(getattr(config, section), f"{section}.")]
+    for section, registry in VARIANTS.items():
+        default = getattr(config.rl, section.split(".")[1]).type
+        settings += [name for kind in registry.names() if kind != default
+                     for name in settings_of(registry.make(kind), f"{section}[{kind}].") if not name.endswith(".type")]
     tables = [*CHANGES, *KEEPS, *ELSEWHERE]
     assert sorted(tables) == sorted(set(tables)), "a setting in two tables"
     assert sorted(settings) == sorted(tables)
@@ -167,13 +203,16 @@ def test_a_setting_checked_elsewhere_names_a_test_that_exists(setting):
 
 
 def with_settings(run_dir: Path, settings: dict):
-    """The config of BASE with dotted settings put in."""
+    """The config of BASE with dotted settings put in (`rl.advantage[gigpo].gamma`: of that type)."""
     recipe = {**copy.deepcopy(BASE), "run_dir": str(run_dir)}
     for dotted, value in settings.items():
         *sections, name = dotted.split(".")
         inner = recipe
         for section in sections:
+            section, _, kind = section.rstrip("]").partition("[")
             inner = inner.setdefault(section, {})
+            if kind:
+                inner["type"] = kind
         inner[name] = value
     return validate_config(recipe)
 
