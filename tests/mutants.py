@@ -1907,6 +1907,10 @@ MUTANTS = [
            "src/agentrl/rollout/ahead.py", "                if not self.process.is_alive():\n",
            "                if False:\n",
            ["test_overlap.py::test_a_sampler_process_killed_mid_run_stops_the_run_at_the_step_it_owed_and_the_exit_is_not_held"]),
+    Mutant("rlvmr: its level ignored (the GRPO part always step-level)", "src/agentrl/advantages/rlvmr.py",
+           "base = grpo(trajectories, config).values",
+           'base = grpo(trajectories, config.model_copy(update={"level": "step"})).values',
+           ["test_advantages.py::test_rlvmr_without_meta_tags_is_grpo_with_its_own_level_and_normalisation"]),
 ]
 
 
