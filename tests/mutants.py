@@ -1911,6 +1911,15 @@ MUTANTS = [
            "base = grpo(trajectories, config).values",
            'base = grpo(trajectories, config.model_copy(update={"level": "step"})).values',
            ["test_advantages.py::test_rlvmr_without_meta_tags_is_grpo_with_its_own_level_and_normalisation"]),
+    Mutant("rl.eval_every ignored (evaluated at the end only)", "src/agentrl/trainer.py",
+           "if main and ((rl.eval_every and self.step % rl.eval_every == 0) or last):", "if main and last:", ["test_trainer.py::test_steps_save_every_keep_last_and_eval_every_decide_the_checkpoints_and_evaluations"]),
+    Mutant("rl.keep_last ignored (always 2)", "src/agentrl/trainer.py",
+           "self.tokenizer, state, rl.keep_last,", "self.tokenizer, state, 2,", ["test_trainer.py::test_steps_save_every_keep_last_and_eval_every_decide_the_checkpoints_and_evaluations"]),
+    Mutant("rlvmr: an explore step rewarded by planning_reward", "src/agentrl/advantages/rlvmr.py",
+           "reward = config.explore_reward * new", "reward = config.planning_reward * new", ["test_advantages.py::test_rlvmr_by_hand"]),
+    Mutant("ray pool: rl.env_pool.ray.memory_gib not reserved", "src/agentrl/envs/pool.py",
+           "memory=memory, max_restarts=0", "memory=None, max_restarts=0",
+           ["test_ray_pool.py::test_each_ray_worker_reserves_its_cpus_and_memory"]),
 ]
 
 

@@ -118,6 +118,10 @@ def test_rlvmr_by_hand():
     # an explore step that ends a failed episode found nothing new to end in
     from agentrl.advantages.rlvmr import meta_rewards
     assert meta_rewards(tagged(0, [("s0", "explore", "go to x", 0)], success=False), RLVMRConfig()) == [("explore", 0.0)]
+    # each tag's reward is its own setting's value
+    scaled = RLVMRConfig(planning_reward=2.0, explore_reward=3.0, reflection_reward=4.0)
+    assert [r for _, r in meta_rewards(a, scaled)] == [2.0, 3.0]
+    assert [r for _, r in meta_rewards(b, scaled)] == [0.0, 0.0, 4.0]
     # No meta tags (plain <think>): exactly GRPO.
     plain = tagged(0, [("s0", "think", "go to x", 10)], True), tagged(0, [("s0", "think", "look", 0)], False)
     assert compute_advantages(list(plain), RLVMRConfig()).values == compute_advantages(list(plain), GRPOConfig()).values

@@ -99,6 +99,17 @@ def test_ray_workers_that_do_not_fit_the_local_cluster_are_refused(cluster):
         EnvPool(HouseholdEnvConfig(), EnvPoolConfig(backend="ray", workers=3))
 
 
+def test_each_ray_worker_reserves_its_cpus_and_memory(cluster):
+    """rl.env_pool.ray.num_cpus and memory_gib are what each worker actor holds of the cluster."""
+    free = ray.available_resources()
+    settings = EnvPoolConfig(backend="ray", workers=2, ray={"num_cpus": 0.5, "memory_gib": 0.25})
+    with EnvPool(HouseholdEnvConfig(), settings) as pool:
+        play(pool)
+        held = ray.available_resources()
+    assert free["CPU"] - held["CPU"] == pytest.approx(2 * 0.5)
+    assert free["memory"] - held["memory"] == pytest.approx(2 * 0.25 * 2**30)
+
+
 def closed_port() -> int:
     """A local port that nothing listens on."""
     with socket.socket() as sock:

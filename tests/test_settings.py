@@ -9,7 +9,7 @@ field added later fails `test_every_setting_of_a_step_is_in_one_table` until it 
   float summation order: settings of how a step is computed, not what.
 - ELSEWHERE: what it changes is not the policy one step leaves (outputs, faults, the number of
   steps, other processes, data for SFT), or not on this task: the test that checks what it does,
-  which must exist.
+  which must exist and name the setting.
 
 An RL step here is the two-step task (`twostep.py`) played by a policy that picks either action about
 half the time, so returns differ within each task group, trained in four mini-batches, so that from
@@ -20,6 +20,7 @@ reply."""
 
 import ast
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -124,7 +125,7 @@ KEEPS = {  # setting: (another value, bit for bit?)
 }
 
 ELSEWHERE = {
-    "rl.steps": "test_trainer.py::test_resume_continues_exactly_like_an_uninterrupted_run",
+    "rl.steps": "test_trainer.py::test_steps_save_every_keep_last_and_eval_every_decide_the_checkpoints_and_evaluations",
     "rl.balance_task_types": "test_trainer.py::test_balance_task_types_draws_each_steps_tasks_a_type_at_a_time",
     "rl.train_task_types": "test_alfworld.py::test_rl_train_task_types_replace_the_envs_for_rl_only",
     "rl.advantage.level": "test_advantages.py::test_grpo_step_level_by_hand_with_two_task_groups",
@@ -132,7 +133,7 @@ ELSEWHERE = {
     "rl.advantage[rlvmr].meta_weight": "test_advantages.py::test_rlvmr_by_hand",
     "rl.advantage[rlvmr].planning_reward": "test_advantages.py::test_rlvmr_by_hand",
     "rl.advantage[rlvmr].explore_reward": "test_advantages.py::test_rlvmr_by_hand",
-    "rl.advantage[rlvmr].reflection_reward": "test_advantages.py::test_rlvmr_reflection_needs_an_ineffective_previous_step",
+    "rl.advantage[rlvmr].reflection_reward": "test_advantages.py::test_rlvmr_by_hand",
     "rl.advantage[ppo].critic_path": "test_trainer.py::test_critic_path_is_the_critics_body",
     "rl.advantage[ppo].critic_lr": "test_trainer.py::test_critic_regresses_to_its_targets",
     "rl.advantage[ppo].critic_weight_decay": "test_trainer.py::test_the_critics_own_settings_each_change_its_update",
@@ -143,18 +144,18 @@ ELSEWHERE = {
     "rl.sampler.type": "test_vllm.py::test_vllm_sampler_in_the_trainer_reproduces_and_resumes",
     "rl.aux": "test_trainer.py::test_aux_loss_joins_the_update",
     "rl.components": "test_trainer.py::test_nthr_runs_inside_the_update",
-    "rl.eval_every": "test_cli.py::test_run_pipeline_end_to_end_and_rerun_skips_done_phases",
-    "rl.save_every": "test_trainer.py::test_resume_continues_exactly_like_an_uninterrupted_run",
-    "rl.keep_last": "test_trainer.py::test_resume_continues_exactly_like_an_uninterrupted_run",
+    "rl.eval_every": "test_trainer.py::test_steps_save_every_keep_last_and_eval_every_decide_the_checkpoints_and_evaluations",
+    "rl.save_every": "test_trainer.py::test_steps_save_every_keep_last_and_eval_every_decide_the_checkpoints_and_evaluations",
+    "rl.keep_last": "test_trainer.py::test_steps_save_every_keep_last_and_eval_every_decide_the_checkpoints_and_evaluations",
     "rl.save_rollouts": "test_trainer.py::test_resume_continues_exactly_like_an_uninterrupted_run",
     "rl.log_samples": "test_trainer.py::test_log_samples_shows_that_many_episodes_last_turns_a_task_group_at_a_time",
-    "rl.env_pool.backend": "test_ray_pool.py::test_ray_pool_matches_in_process_and_stops_its_own_cluster",
+    "rl.env_pool.backend": "test_ray_pool.py::test_a_training_step_on_ray_actors_survives_a_killed_actor",
     "rl.env_pool.workers": "test_pool.py::test_worker_processes_match_in_process",
-    "rl.env_pool.step_timeout_s": "test_pool.py::test_the_time_limit_is_per_environment_of_a_worker",
+    "rl.env_pool.step_timeout_s": "test_ray_pool.py::test_an_actor_killed_or_hung_mid_step_aborts_exactly_its_episodes",
     "rl.env_pool.reset_timeout_s": "test_pool.py::test_a_tried_move_or_expert_question_is_timed_and_named_by_the_step_limit",
     "rl.env_pool.ray.address": "test_ray_pool.py::test_a_ray_address_nothing_answers_at_exits_2_at_once_naming_it",
-    "rl.env_pool.ray.num_cpus": "test_ray_pool.py::test_ray_workers_that_do_not_fit_the_local_cluster_are_refused",
-    "rl.env_pool.ray.memory_gib": "test_ray_pool.py::test_ray_workers_that_do_not_fit_the_local_cluster_are_refused",
+    "rl.env_pool.ray.num_cpus": "test_ray_pool.py::test_each_ray_worker_reserves_its_cpus_and_memory",
+    "rl.env_pool.ray.memory_gib": "test_ray_pool.py::test_each_ray_worker_reserves_its_cpus_and_memory",
     "rl.rollout.mode": "test_rollout_modes.py::test_async_plays_the_same_episodes_as_lockstep",
     "rl.rollout.batch_window_s": "test_rollout_modes.py::test_async_plays_the_same_episodes_as_lockstep",
     "rl.rollout.filter_groups": "test_trainer.py::test_filter_groups_draws_more_tasks_and_trains_only_groups_whose_returns_differ",
@@ -200,8 +201,10 @@ def test_every_setting_of_a_step_is_in_one_table():
 @pytest.mark.parametrize("setting", sorted(ELSEWHERE))
 def test_a_setting_checked_elsewhere_names_a_test_that_exists(setting):
     file, name = ELSEWHERE[setting].split("::")
-    tree = ast.parse((Path(__file__).parent / file).read_text())
-    assert name in {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}, ELSEWHERE[setting]
+    source = (Path(__file__).parent / file).read_text()
+    [test] = [node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef) and node.name == name]
+    field = re.sub(r"\[.*?\]", "", setting).split(".")[-1]
+    assert field in ast.get_source_segment(source, test), f"{ELSEWHERE[setting]} never names {field}"
 
 
 def with_settings(run_dir: Path, settings: dict):

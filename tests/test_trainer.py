@@ -108,6 +108,18 @@ def test_log_samples_shows_that_many_episodes_last_turns_a_task_group_at_a_time(
         assert all(f"prompt {s}.1" in p and f"reply {s}.1" in p for s, p in zip(shown, parts))  # the last turn
 
 
+def test_steps_save_every_keep_last_and_eval_every_decide_the_checkpoints_and_evaluations(tiny_model_dir, tmp_path):
+    """rl.steps steps run; a checkpoint every rl.save_every steps and at the end, the last
+    rl.keep_last of them kept; an evaluation every rl.eval_every steps and at the end."""
+    for keep_last, eval_every, kept, evaluated in [(3, 3, [2, 4, 5], [3, 5]), (1, 0, [5], [5])]:
+        run_dir = tmp_path / f"keep{keep_last}"
+        run(small_config(run_dir, 5, save_every=2, keep_last=keep_last, eval_every=eval_every), tiny_model_dir)
+        assert [int(c.name[5:]) for c in list_checkpoints(run_dir)] == kept
+        rows = read_metrics(run_dir / "logs" / "metrics.jsonl")
+        assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+        assert [r["step"] for r in rows if "eval/l0/success" in r] == evaluated
+
+
 def test_the_exported_model_is_the_last_checkpoint(tiny_model_dir, tmp_path):
     run(small_config(tmp_path / "run", 2, keep_last=2), tiny_model_dir)
     first, last = list_checkpoints(tmp_path / "run")
