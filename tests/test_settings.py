@@ -70,7 +70,7 @@ CHANGES = {  # setting: (another value, settings both runs need)
     "rl.loss[seq_ratio].clip_high": (0.005, {"rl.loss[seq_ratio].dual_clip": None}),
     "rl.loss[seq_ratio].dual_clip": (1.0001, {"rl.loss[seq_ratio].clip_high": 10.0}),
     "rl.advantage[gigpo].gamma": (0.5, {"rl.advantage[gigpo].step_std": False}),
-    "rl.advantage[gigpo].step_weight": (0.0, {}),
+    "rl.advantage[gigpo].step_weight": (-1.0, {}),
     "rl.advantage[gigpo].step_std": (False, {}),
     "rl.advantage[gigpo].episode_std": (False, {}),
     "rl.advantage[gigpo].eps": (1.0, {}),
