@@ -32,7 +32,7 @@ TESTBED = ["test_testbed.py"]
 PACKING = ["test_packing.py"]
 OVERLAP = ["test_overlap.py"]
 PROVENANCE = ["test_cli.py", "test_config.py"]
-SETTING_CHANGES = "test_settings.py::test_another_value_of_a_setting_changes_the_step"
+SETTING_CHANGES = "test_settings.py::test_another_value_of_a_setting_changes_what_its_part_of_a_run_leaves"
 VLLM_PY = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"  # test_vllm.py runs there
 
 
@@ -1230,7 +1230,7 @@ MUTANTS = [
            "encode_conversation(tokenizer, c, sft_cfg.prompt_loss_weight)", "encode_conversation(tokenizer, c)",
            ["test_sft.py"]),
     Mutant("sft: LoRA adapters initialised unseeded", "src/agentrl/sft.py",
-           "        torch.manual_seed(seed)  # the adapters' initialisation\n", "", ["test_sft.py"]),
+           "    torch.manual_seed(seed)  # the adapters' initialisation\n", "", ["test_sft.py"]),
     Mutant("compare: a method's judge accuracy its best seed's", "src/agentrl/compare.py",
            'out[split]["judge_accuracy"] = float(np.mean(judged))', 'out[split]["judge_accuracy"] = float(max(judged))', COMPARE),
     Mutant("compare: an RL run folder accepts a phase it does not have", "src/agentrl/compare.py",
@@ -1902,7 +1902,8 @@ MUTANTS = [
            "picked = [ts[i] for ts in by_group.values() for i in range(max(map(len, by_group.values()), default=0))",
            ["test_trainer.py::test_log_samples_shows_that_many_episodes_last_turns_a_task_group_at_a_time"]),
     Mutant("sft: sft.actor's LoRA ignored (the whole model trained)", "src/agentrl/sft.py",
-           "    if actor_cfg.lora is not None:\n", "    if False:\n", [f"{SETTING_CHANGES}[sft.actor.lora]"]),
+           "    if actor_cfg.lora is None:\n        return model", "    if True:\n        return model",
+           [f"{SETTING_CHANGES}[sft.actor.lora.r]", f"{SETTING_CHANGES}[sft.actor[fsdp2].lora.alpha]"]),
     Mutant("overlap: a dead sampler process not noticed (the trainer waits for its step forever)",
            "src/agentrl/rollout/ahead.py", "                if not self.process.is_alive():\n",
            "                if False:\n",
@@ -1920,6 +1921,51 @@ MUTANTS = [
     Mutant("ray pool: rl.env_pool.ray.memory_gib not reserved", "src/agentrl/envs/pool.py",
            "memory=memory, max_restarts=0", "memory=None, max_restarts=0",
            ["test_ray_pool.py::test_each_ray_worker_reserves_its_cpus_and_memory"]),
+    # --- every setting of a recipe (test_settings.py, beyond the RL step) -----------------------------
+    Mutant("latency: a reset's delay shaped by step_sigma", "src/agentrl/envs/latency/__init__.py",
+           '"reset": (reset_median_s, reset_sigma)', '"reset": (reset_median_s, step_sigma)',
+           [f"{SETTING_CHANGES}[env[latency].reset_sigma]"]),
+    Mutant("latency: max_s not applied", "src/agentrl/envs/latency/__init__.py",
+           "self.max_s = max_s", "self.max_s = 10.0", [f"{SETTING_CHANGES}[env[latency].max_s]"]),
+    Mutant("scienceworld: objects_budget ignored (1500)", "src/agentrl/envs/scienceworld/env.py",
+           "if len(objects) > self.objects_budget:", "if len(objects) > 1500:",
+           [f"{SETTING_CHANGES}[env[scienceworld].objects_budget]"]),
+    Mutant("household: object_variety ignored", "src/agentrl/envs/household/env.py",
+           "self.object_variety, self.surface_variety = object_variety, surface_variety",
+           "self.object_variety, self.surface_variety = None, surface_variety",
+           [f"{SETTING_CHANGES}[env.object_variety]", f"{SETTING_CHANGES}[env[latency].inner.object_variety]"]),
+    Mutant("init: kv_heads ignored (1)", "src/agentrl/models.py",
+           "num_key_value_heads=min(tiny.kv_heads, heads)", "num_key_value_heads=1",
+           [f"{SETTING_CHANGES}[init.kv_heads]"]),
+    Mutant("plan: cpu_offload ignored", "src/agentrl/plan.py",
+           'offload = getattr(actor, "cpu_offload", False)', "offload = False",
+           [f"{SETTING_CHANGES}[rl.actor[fsdp2].cpu_offload]", f"{SETTING_CHANGES}[sft.actor[zero3].cpu_offload]"]),
+    Mutant("plan: a sharded actor's mixed_precision ignored for its weights", "src/agentrl/plan.py",
+           'mixed = actor.backend != "single" and getattr(actor, "mixed_precision", False) and cuda\n    compute',
+           'mixed = actor.backend != "single" and cuda\n    compute',
+           [f"{SETTING_CHANGES}[rl.actor[zero2].mixed_precision]"]),
+    Mutant("overlap: sampler_threads ignored", "src/agentrl/rollout/ahead.py",
+           "threads = self.rl.overlap.sampler_threads or torch.get_num_threads()", "threads = torch.get_num_threads()",
+           ["test_overlap.py::test_each_side_runs_on_its_own_threads"]),
+    Mutant("overlap: trainer_threads ignored", "src/agentrl/trainer.py",
+           "if self.rl.overlap is not None and self.rl.overlap.trainer_threads:", "if False:",
+           ["test_overlap.py::test_each_side_runs_on_its_own_threads"]),
+    Mutant("coupling lab: its lr ignored", "src/agentrl/analysis/coupling.py",
+           "one_step_influence(model, tokenizer, chosen, lr)", "one_step_influence(model, tokenizer, chosen, 1e-3)",
+           ["test_analysis.py::test_the_coupling_lab_draws_its_pairs_afresh_each_step"]),
+    Mutant("gcd: the judgment loss clipped by the defaults", "src/agentrl/gcd/loss.py",
+           "batch.advantages, segments, self.config.clip)", "batch.advantages, segments, PPOClipConfig())",
+           [f"{SETTING_CHANGES}[rl.aux[gcd].clip.clip_low]"]),
+    Mutant("gcd: judgments sampled with the defaults", "src/agentrl/gcd/loss.py",
+           "generations = self.sampler.generate(repeated, cfg.sampling)",
+           "generations = self.sampler.generate(repeated, GCDAuxConfig().sampling)",
+           [f"{SETTING_CHANGES}[rl.aux[gcd].sampling.top_p]"]),
+    Mutant("chat_sft: batch_size ignored (16)", "src/agentrl/losses/aux.py",
+           "min(self.batch_size, len(self.samples))", "min(16, len(self.samples))",
+           [f"{SETTING_CHANGES}[rl.aux[chat_sft].batch_size]"]),
+    Mutant("evaluation: sampled with training's top_p", "src/agentrl/evaluate.py",
+           "eval_cfg.sampling, first_group_id=start", "eval_cfg.sampling.model_copy(update={'top_p': 1.0}), first_group_id=start",
+           [f"{SETTING_CHANGES}[eval.sampling.top_p]"]),
 ]
 
 

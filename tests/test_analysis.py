@@ -219,15 +219,19 @@ def test_the_coupling_lab_draws_its_pairs_afresh_each_step(tiny_model_dir):
 
     trajectories = expert_and_random_episodes()
     model, tokenizer = load_model(tiny_model_dir), load_tokenizer(tiny_model_dir)
-    lab = CouplingLab(CouplingLabConfig(pairs=2), Context(SimpleNamespace(seed=0), "", model, None, tokenizer, None))
+    context = Context(SimpleNamespace(seed=0), "", model, None, tokenizer, None)
+    lab = CouplingLab(CouplingLabConfig(pairs=2), context)
 
-    def measured(step):
+    def measured(step, metric="grad_cos_pos_neg", lab=lab):
         batch = StepBatch(step, trajectories, [s for t in trajectories for s in t.steps], [])
         lab.shape(batch)
-        return batch.metrics["coupling/grad_cos_pos_neg"]
+        return batch.metrics[f"coupling/{metric}"]
 
     assert measured(1) == measured(1)  # seeded by the step
     assert len({measured(step) for step in range(1, 5)}) > 1  # another step, other pairs
+    # the one-step influence is taken with the lab's own lr
+    farther = CouplingLab(CouplingLabConfig(pairs=2, lr=1e-1), context)
+    assert measured(1, "influence_gap", farther) != measured(1, "influence_gap")
 
 
 def test_the_labs_pairs_take_the_environments_word_over_the_rules():

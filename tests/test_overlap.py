@@ -74,6 +74,21 @@ def test_staleness_0_plays_the_in_process_runs_samples_and_1_samples_each_step_w
         assert all(close) if same else not any(close)
 
 
+def test_each_side_runs_on_its_own_threads(tiny_model_dir, tmp_path):
+    """rl.overlap.trainer_threads sets the trainer's torch threads and sampler_threads the sampler
+    process's; unset, the sampler takes the trainer's. Each step logs both."""
+    threads = torch.get_num_threads()
+    try:
+        for sides in ({"sampler_threads": 2, "trainer_threads": 1}, {"trainer_threads": 2}):
+            config = small_config(tmp_path / str(len(sides)), 1, overlap={"staleness": 0, **sides})
+            with RLTrainer(config, str(tiny_model_dir), tmp_path / str(len(sides))) as trainer:
+                metrics = trainer.train_step()
+            expected = sides.get("sampler_threads", sides["trainer_threads"]), sides["trainer_threads"]
+            assert (metrics["overlap/sampler_threads"], metrics["overlap/trainer_threads"]) == expected
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_the_trainer_starts_no_environments_while_the_sampler_process_plays_them(tiny_model_dir, tmp_path):
     """With rl.overlap the sampler process has the environment workers; the trainer's own pool
     (evaluation's) is not started by training steps."""

@@ -195,3 +195,27 @@ def trajectories(run_dir):
     from agentrl.rollout.records import read_trajectories
 
     return [t for path in sorted((run_dir / "rollouts").glob("step_*")) for t in read_trajectories(path)]
+
+
+def test_the_engine_is_built_with_the_samplers_settings(tiny_model_dir, monkeypatch):
+    """Each setting of the vLLM sampler reaches the engine it builds (the real engine, the arguments
+    it was built with recorded): gpu_memory_utilization, kv_cache_gib, max_model_len,
+    enforce_eager, and sleep (which vLLM does only on GPUs: never here)."""
+    import vllm
+
+    built = []
+
+    class Recorded(vllm.LLM):
+        def __init__(self, **kwargs):
+            built.append(kwargs)
+            super().__init__(**kwargs)
+
+    monkeypatch.setattr(vllm, "LLM", Recorded)
+    config = VLLMSamplerConfig(gpu_memory_utilization=0.3, kv_cache_gib=0.25, max_model_len=512, enforce_eager=True,
+                               sleep=False)
+    sampler = VLLMSampler(str(tiny_model_dir), load_tokenizer(tiny_model_dir), config, "float32", seed=0)
+    [arguments] = built
+    assert (arguments["gpu_memory_utilization"], arguments["kv_cache_memory_bytes"], arguments["max_model_len"],
+            arguments["enforce_eager"], arguments["enable_sleep_mode"]) == (0.3, 2**28, 512, True, False)
+    assert sampler.llm.llm_engine.model_config.max_model_len == sampler.context_length == 512
+    assert sampler.can_sleep is False  # sleep: false (and on CPU it never sleeps)

@@ -1,7 +1,8 @@
 """A two-step task whose right answer is known, for tests of the learning direction.
 
 Every state offers the same two actions. The episode succeeds (reward 10) only when both steps
-take GOOD; BAD at the first step leads to the cellar, where nothing succeeds. Anchors name the
+take GOOD; BAD at the first step leads to the cellar, where nothing succeeds (each step's `progress`
+says whether it kept the way to the garden open; the expert takes GOOD, and has no move in the cellar). Anchors name the
 room ("room:hall"), never the rendered prompt, so a test can tell the environment's anchor
 from the prompt's text.
 """
@@ -13,10 +14,12 @@ from pathlib import Path
 from typing import Literal
 
 from agentrl.config import Section
-from agentrl.envs.base import Observation, StepResult
+from agentrl.envs.base import NoExpertMove, Observation, StepResult
+from agentrl.gcd.judge import judge_prompt
 from agentrl.prompting import HistoryEntry, format_response, render_prompt
 from agentrl.recipe import validate_config
 from agentrl.registry import ENVIRONMENTS
+from agentrl.rollout.types import StepSample
 
 GOOD, BAD = "open drawer 1", "open cabinet 1"
 TEMPLATE = "Task: {task}\nHistory:\n{history}\nObservation: {observation}\nActions: {actions}"
@@ -47,10 +50,15 @@ class TwoStepEnv:
         self.steps += 1
         if self.steps == 1:
             self.room = "corridor" if action == GOOD else "cellar"
-            return StepResult(self._observation(), 0.0, False, False)
+            return StepResult(self._observation(), 0.0, False, False, progress=action == GOOD)
         success = self.room == "corridor" and action == GOOD
         self.room = "garden" if success else "cellar"
-        return StepResult(self._observation(), 10.0 if success else 0.0, True, success)
+        return StepResult(self._observation(), 10.0 if success else 0.0, True, success, progress=success)
+
+    def expert_action(self) -> tuple[str, str]:
+        if self.room == "cellar":
+            raise NoExpertMove("nothing succeeds from the cellar")
+        return "the drawer leads on", GOOD
 
     def close(self) -> None:
         pass
@@ -76,9 +84,10 @@ def first_prompt(task_id: str = "train-0") -> str:
     return render_prompt(TEMPLATE, env.reset(task_id), [], 0, 1)
 
 
-def write_choice_data(path: Path, actions: tuple[str, ...] = (GOOD, BAD)) -> None:
+def write_choice_data(path: Path, actions: tuple[str, ...] = (GOOD, BAD), judgments: bool = False) -> None:
     """`actions` equally often in every state the task can reach: a policy fine-tuned on this
-    picks each with probability about 1 / len(actions)."""
+    picks each with probability about 1 / len(actions); with `judgments`, also either verdict on
+    every such action, as GCD's judge is asked (`judge_prompt`)."""
     env, rows = TwoStepEnv(), []
     for i in range(4):
         for first in (GOOD, BAD):
@@ -90,4 +99,9 @@ def write_choice_data(path: Path, actions: tuple[str, ...] = (GOOD, BAD)) -> Non
                 for action in actions:
                     rows.append({"messages": [{"role": "user", "content": prompt},
                                               {"role": "assistant", "content": response(action)}]})
+                    if judgments:
+                        step = StepSample([], [], [], response(action), action, "", "", prompt=prompt)
+                        rows += [{"messages": [{"role": "user", "content": judge_prompt(step)},
+                                               {"role": "assistant", "content": verdict}]}
+                                 for verdict in ("<think>a loop</think><verdict>bad</verdict>", "<verdict>good</verdict>")]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))

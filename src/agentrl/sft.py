@@ -32,6 +32,14 @@ def sft_loss(actor, total_weight: float):
     return loss_fn
 
 
+def sft_policy(model, actor_cfg, seed: int):
+    """The model SFT trains with any backend: with the actor's LoRA adapters, where it has them."""
+    if actor_cfg.lora is None:
+        return model
+    torch.manual_seed(seed)  # the adapters' initialisation
+    return add_lora(model, actor_cfg.lora)
+
+
 def train_sft(model, tokenizer, data_path: str | Path, sft_cfg, seed: int, out_dir: Path, tracker=None,
               resume: Path | None = None, settings: dict | None = None, base: str | None = None) -> Path:
     """SFT of `model` on a chat dataset with the actor backend `sft_cfg.actor` (sharded ones on
@@ -44,9 +52,7 @@ def train_sft(model, tokenizer, data_path: str | Path, sft_cfg, seed: int, out_d
     if not samples:
         raise ConfigError(f"{data_path} holds no examples")
     actor_cfg = sft_cfg.actor or SingleActorConfig()
-    if actor_cfg.lora is not None:
-        torch.manual_seed(seed)  # the adapters' initialisation
-        model = add_lora(model, actor_cfg.lora)
+    model = sft_policy(model, actor_cfg, seed)
     actor = ACTORS.get(actor_cfg.backend)(actor_cfg, model, sft_cfg.optim, [])
     packing = Packing.for_model(model.config) if sft_cfg.pack_prefixes else None
     rank, world = distributed.rank(), distributed.world()

@@ -159,6 +159,9 @@ class RLTrainer:
         metrics["timing_s/step"] = timing["step"]
         metrics["rollout/draws"] = self.draws
         metrics["rollout/staleness"] = statistics.fmean(step - 1 - t.version for t in trajectories) if trajectories else 0.0
+        if self.ahead is not None:
+            metrics["overlap/sampler_threads"] = self.ahead.sampler_threads
+            metrics["overlap/trainer_threads"] = torch.get_num_threads()
         # Rollout, advantage and timing statistics are per rank: averaged over the ranks.
         # (Actor totals and token counts are already global.)
         return distributed.mean_metrics(metrics)

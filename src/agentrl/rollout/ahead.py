@@ -83,7 +83,7 @@ class Ahead:
     def take(self, step: int, timing: dict) -> tuple[list, int]:
         """Step `step`'s trajectories and task draws, once the sampler has played them; the
         sampler's timings join `timing` (its idle time before the step as `sampler_idle`, the
-        trainer's wait as `wait_rollouts`)."""
+        trainer's wait as `wait_rollouts`); `sampler_threads`: the torch threads it played on."""
         started = time.perf_counter()
         message = self.link.receive(step)
         timing["wait_rollouts"] = time.perf_counter() - started
@@ -98,6 +98,7 @@ class Ahead:
         if self.fingerprints.get(version) != held:
             raise RunError(f"RL step {step} was sampled by weights that are not those of update {version}: "
                            f"a weight push did not arrive")
+        self.sampler_threads = sampler_timing.pop("threads")
         for key, seconds in sampler_timing.items():
             timing[key] = timing.get(key, 0.0) + seconds
         return trajectories, draws
@@ -153,7 +154,7 @@ class SamplerSide:
             if self.failed is not None:
                 return ("error", self.failed)
             _, step, hint = message
-            timing = {"sampler_idle": self.idle}
+            timing = {"sampler_idle": self.idle, "threads": torch.get_num_threads()}
             try:
                 trajectories, draws = play_step(self.pool, self.sampler, self.tokenizer, self.config, step, hint,
                                                 timing=timing)
