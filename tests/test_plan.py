@@ -106,3 +106,23 @@ def test_lora_plans_no_reference_copy_and_bf16_plans_fp32_masters():
     params = architecture(load_config(recipe)).params
     assert full["reference"] == pytest.approx(params * 2 / GIB) and "reference" not in lora
     assert full["weights"] == pytest.approx(params * (2 + 4) / GIB)
+
+
+def test_mixed_precision_and_cpu_offload_are_what_a_sharded_actor_plans():
+    """On GPUs a ZeRO actor with mixed_precision computes in bf16 (its gradient partitions at 2 bytes
+    a parameter, beside fp32 master partitions); without it, in the model's dtype (fp32 here: 4
+    bytes, no master copy). cpu_offload takes the optimiser state off the GPU, and FSDP2's shards too."""
+    recipe = ROOT / "recipes" / "alfworld-qwen2.5-7b.yaml"
+    fp32 = ["model.dtype=float32", "sft.actor.backend=zero2"]
+    params = architecture(load_config(recipe)).params
+
+    def parts(*overrides):
+        return memory_plan(load_config(recipe, [*fp32, *overrides]), 8, 80)["rl"]["parts_gib"]
+
+    mixed, full = parts("rl.actor.backend=zero2"), parts("rl.actor.backend=zero2", "rl.actor.mixed_precision=false")
+    assert mixed["gradients"] == pytest.approx(params * 2 / 8 / GIB) and full["gradients"] == pytest.approx(params * 4 / 8 / GIB)
+    assert mixed["weights"] == pytest.approx(params * (2 + 4 / 8) / GIB) and full["weights"] == pytest.approx(params * 4 / GIB)
+    offloaded = parts("rl.actor.backend=zero2", "rl.actor.cpu_offload=true")
+    assert offloaded["optimizer"] == 0 < mixed["optimizer"]
+    sharded, off = parts("rl.actor.backend=fsdp2"), parts("rl.actor.backend=fsdp2", "rl.actor.cpu_offload=true")
+    assert off["optimizer"] == off["gradients"] == 0 < sharded["optimizer"] and off["weights"] < sharded["weights"]
