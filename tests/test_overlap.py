@@ -54,6 +54,8 @@ def test_staleness_0_plays_the_in_process_runs_samples_and_1_samples_each_step_w
     assert not all(torch.equal(here[name], k1[name]) for name in here)
     rows = [strip_timing(read_metrics(tmp_path / name / "logs" / "metrics.jsonl")) for name in ("here", "k0")]
     rounded = ("rollout/logprob_diff_mean", "rollout/logprob_diff_max", "rollout/kl_sampler_actor", "actor/kl_old")
+    for k0_row in rows[1]:  # what only an overlapped run has: each side's threads
+        assert (k0_row.pop("overlap/sampler_threads"), k0_row.pop("overlap/trainer_threads")) == (1, 1)
     for here_row, k0_row in zip(*rows, strict=True):
         assert {k: v for k, v in here_row.items() if k not in rounded} == {k: v for k, v in k0_row.items() if k not in rounded}
         assert [here_row[k] for k in rounded] == pytest.approx([k0_row[k] for k in rounded], rel=1e-4, abs=1e-7)
