@@ -1967,6 +1967,12 @@ MUTANTS = [
     Mutant("evaluation: sampled with training's top_p", "src/agentrl/evaluate.py",
            "eval_cfg.sampling, first_group_id=start", "eval_cfg.sampling.model_copy(update={'top_p': 1.0}), first_group_id=start",
            [f"{SETTING_CHANGES}[eval.sampling.top_p]"]),
+    Mutant("dagger: sampling.retries accepted and never used", "src/agentrl/config/sections.py",
+           "    retries: Literal[0] = 0\n    \"\"\"None: the expert labels", "    retries: int = 0\n    \"\"\"None: the expert labels",
+           ["test_config.py::test_retries_are_refused_where_nothing_would_retry"]),
+    Mutant("gcd: the judgments' sampling.retries accepted and never used", "src/agentrl/gcd/loss.py",
+           "    retries: Literal[0] = 0\n", "    retries: int = 0\n",
+           ["test_config.py::test_retries_are_refused_where_nothing_would_retry"]),
 ]
 
 

@@ -35,6 +35,16 @@ def test_wrong_type_and_range(tmp_path):
         load_config(write(tmp_path, "env:\n  type: webshop\n"))
 
 
+def test_retries_are_refused_where_nothing_would_retry():
+    """DAgger's moves are played as sampled (the expert labels where an inadmissible one leads) and
+    a judgment names no action: a retries setting there would do nothing, so it is an error."""
+    with pytest.raises(ConfigError, match=r"sft\.dagger\.sampling\.retries: Input should be 0"):
+        validate_config({"sft": {"dagger": {"sampling": {"retries": 2}}}})
+    with pytest.raises(ConfigError, match=r"rl\.aux\.0\.sampling\.retries: Input should be 0"):
+        validate_config({"rl": {"aux": [{"type": "gcd", "sampling": {"retries": 2}}]}})
+    validate_config({"sft": {"dagger": {"sampling": {"retries": 0}}}, "eval": {"sampling": {"retries": 2}}})
+
+
 def test_bad_template_and_bad_files(tmp_path):
     with pytest.raises(ConfigError, match=r"prompt\.template.*placeholders"):
         load_config(write(tmp_path, "prompt:\n  template: 'hi {nope}'\n"))

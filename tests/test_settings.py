@@ -243,7 +243,6 @@ KEEPS = {  # setting: (another value, bit for bit?[, settings both runs need])
     "sft.pack_prefixes": (True, False),
     "sft.save_every": (1, True),
     "sft.actor.activation_checkpointing": (True, False),
-    "rl.aux[gcd].sampling.retries": (3, True, GCD),  # judgments are not actions: nothing to retry
     "env[scienceworld].jvm_heap": ("768m", True, SCIENCEWORLD),
     "env[scienceworld].jvm_options": ("-Xss2m", True, SCIENCEWORLD),
     "eval.batch_size": (1, True, {"eval.sampling.temperature": 0.0}),  # greedy: sampled, it draws in another order
@@ -332,7 +331,6 @@ ELSEWHERE = {
     "eval.sampling.retries": "test_rollout_modes.py::test_retries_resample_until_the_action_is_admissible",
     "eval.max_aborted_share": "test_evaluate.py::test_the_aborted_share_is_taken_over_every_episode_played",
     "eval.initial": "test_cli.py::test_what_sft_on_given_data_depends_on",
-    "sft.dagger.sampling.retries": "test_rollout_modes.py::test_retries_resample_until_the_action_is_admissible",
     "sft.dagger.epochs": "test_dagger.py::test_pipeline_rounds_aggregate_every_label_and_are_reused",
     "run_dir": "test_dagger.py::test_pipeline_rounds_aggregate_every_label_and_are_reused",
     "model.path": "test_failures.py::test_bad_paths_exit_2_at_once_naming_the_path",

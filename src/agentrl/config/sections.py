@@ -123,6 +123,13 @@ class PlaySamplingConfig(SamplingConfig):
     """0 means greedy (default 0.4, also when another field is set)."""
 
 
+class RoundSamplingConfig(PlaySamplingConfig):
+    """How DAgger's rounds sample the policy's moves."""
+
+    retries: Literal[0] = 0
+    """None: the expert labels the states an inadmissible move leads to, so that move is played."""
+
+
 class OptimConfig(Section):
     lr: float = Field(1e-6, gt=0)
     """Learning rate (constant after warmup)."""
@@ -144,9 +151,8 @@ class DaggerConfig(Section):
     """Rounds of play, label, train."""
     episodes: int = Field(200, ge=1)
     """Train episodes the policy plays per round."""
-    sampling: PlaySamplingConfig = PlaySamplingConfig()
-    """How the policy samples its moves in the rounds (retries do not apply: the expert labels
-    the states its inadmissible moves lead to)."""
+    sampling: RoundSamplingConfig = RoundSamplingConfig()
+    """How the policy samples its moves in the rounds."""
     expert_share: tuple[Annotated[float, Field(ge=0, le=1)], Annotated[float, Field(ge=0, le=1)]] = (0.5, 0.0)
     """Share of executed moves that are the expert's, in the first and the last round (linear in
     between; the policy's own move otherwise)."""

@@ -79,6 +79,13 @@ class CorrectionConfig(Section):
     """Longest summary."""
 
 
+class JudgmentSamplingConfig(SamplingConfig):
+    """How the actor samples its judgments."""
+
+    retries: Literal[0] = 0
+    """None: a judgment names no action to retry; one without a verdict scores as wrong."""
+
+
 class GCDAuxConfig(Section):
     """GCD: the actor judges its own actions; GRPO on the judgments ("Rethinking Reward
     Miscalibration of GRPO in Agentic RL")."""
@@ -99,7 +106,7 @@ class GCDAuxConfig(Section):
     """(state, action) pairs judged per training step: half good, half bad."""
     group_size: int = Field(8, ge=2)
     """Judgments sampled per pair (the GRPO group)."""
-    sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(temperature=1.0, max_new_tokens=96))
+    sampling: JudgmentSamplingConfig = Field(default_factory=lambda: JudgmentSamplingConfig(max_new_tokens=96))
     """Sampling of the judgments. max_new_tokens must hold a whole judgment (a critique and the verdict
     tag: up to 51 tokens with the testbed's 512-token vocabulary); a cut one has no verdict and scores
     as wrong (48, the default until 2026-11-25, cut the testbed's revisit critiques)."""
