@@ -213,14 +213,17 @@ def test_a_summary_the_endpoint_fails_to_give_keeps_the_previous_hint(tmp_path):
 
 
 @contextmanager
-def chat_server(answer):
+def chat_server(answer, requests: list | None = None):
     """A real chat-completions server on 127.0.0.1: `answer(headers)` is each request's answer text
-    (given `n` times), or None for an HTTP 503."""
+    (given `n` times), or None for an HTTP 503; each request's body is appended to `requests`."""
     import http.server
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
-            n = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["n"]
+            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if requests is not None:
+                requests.append(request)
+            n = request["n"]
             content = answer(self.headers)
             if content is None:
                 self.send_response(503)
@@ -243,6 +246,24 @@ def chat_server(answer):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_an_endpoint_summary_is_asked_for_at_most_correction_max_new_tokens(tmp_path):
+    """The endpoint summarizer is asked, like the policy summarizer, for at most
+    `correction.max_new_tokens` tokens, greedily, once a refresh."""
+    from types import SimpleNamespace
+
+    from agentrl.gcd.correction import PromptCorrection
+    from agentrl.gcd.loss import CorrectionConfig
+
+    requests = []
+    with chat_server(lambda headers: "- do not loop", requests) as url:
+        endpoint = ChatEndpoint(url, "m", None, 5, retries=0, backoff_s=0.01)
+        source = SimpleNamespace(critiques=[("go to a", "it loops")])
+        correction = PromptCorrection(CorrectionConfig(every=1, summarizer="endpoint", max_new_tokens=37), source,
+                                      None, None, endpoint, tmp_path / "correction.jsonl")
+        assert correction.refresh(2) == "Mistakes to avoid:\n- do not loop"
+    assert [(r["max_tokens"], r["temperature"], r["n"]) for r in requests] == [(37, 0.0, 1)]
 
 
 def test_an_empty_summary_gives_no_hint_rather_than_a_bare_header(tmp_path):

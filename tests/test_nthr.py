@@ -77,3 +77,38 @@ def test_the_step_batch_writes_each_advantage_once_times_its_token_scales():
     batch.attach_advantages()
     assert [s.advantage for s in steps] == [1.0, 2.0, -3.0]
     assert [s.advantages for s in samples] == [[1.0, 1.0], [2.0, 2.0], [-0.75, 0.0]]
+
+
+def test_the_nthr_step_couples_at_the_sampling_temperature(tiny_model_dir, tmp_path):
+    """The step's NTHR scores the coupling at `sampling.temperature`, where the policy sampled and
+    the update trains: its token scales are those at that temperature, at a tau where temperature
+    1's differ (so a step that scores at 1 fails)."""
+    from agentrl.advantages.common import Advantages
+    from agentrl.advantages.nthr import NTHR, token_hidden
+    from agentrl.components import Context, StepBatch
+    from agentrl.models import load_model, load_tokenizer
+    from agentrl.packing import TrainSample
+    from agentrl.recipe import validate_config
+    from agentrl.rollout.types import StepSample, Trajectory
+
+    model, tokenizer = load_model(str(tiny_model_dir)), load_tokenizer(str(tiny_model_dir))
+    responses, advantages = ([8, 9], [8, 10], [10, 11, 12]), [1.0, -1.0, -2.0]
+    samples = [TrainSample.from_turn([5, 6, 7], r) for r in responses]
+    (h_pos, y_pos), *negatives = token_hidden(model, samples, tokenizer.pad_token_id, 10_000)
+    h_neg, y_neg = (torch.cat(parts) for parts in zip(*negatives))
+    head = model.get_output_embeddings().weight.detach().float()
+
+    def weights(temperature, tau):
+        return nthr_token_weights(h_pos, y_pos, h_neg, y_neg, head, temperature, tau, 0.5).tolist()
+
+    tau = next(t / 64 for t in range(-256, 257) if weights(0.3, t / 64) != weights(1.0, t / 64))
+    config = validate_config({"sampling": {"temperature": 0.3},
+                              "rl": {"components": [{"type": "nthr", "tau": tau, "eta": 0.5}]}})
+    nthr = NTHR(config.rl.components[0], Context(config, str(tiny_model_dir), model, None, tokenizer, tmp_path))
+    steps = [StepSample([5, 6, 7], r, [0.0] * len(r), "r", "a", "o", "k") for r in responses]
+    batch = StepBatch(1, [Trajectory("t", 0, "x", steps)], steps, samples)
+    batch.set_advantages(Advantages(values=[advantages]))
+    nthr.shape(batch)
+    batch.attach_advantages()
+    expected = weights(0.3, tau)
+    assert [s.advantages for s in samples[1:]] == [[-1.0 * w for w in expected[:2]], [-2.0 * w for w in expected[2:]]]

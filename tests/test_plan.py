@@ -126,3 +126,16 @@ def test_mixed_precision_and_cpu_offload_are_what_a_sharded_actor_plans():
     assert offloaded["optimizer"] == 0 < mixed["optimizer"]
     sharded, off = parts("rl.actor.backend=fsdp2"), parts("rl.actor.backend=fsdp2", "rl.actor.cpu_offload=true")
     assert off["optimizer"] == off["gradients"] == 0 < sharded["optimizer"] and off["weights"] < sharded["weights"]
+
+
+def test_a_vllm_sampler_plans_its_copy_of_the_weights_and_its_cache_or_its_share_of_the_gpu():
+    """A colocated vLLM engine holds its own copy of the weights (in the model's dtype) and, with
+    `kv_cache_gib`, that much cache; without it, `gpu_memory_utilization` of each GPU."""
+    recipe = ROOT / "recipes" / "alfworld-qwen2.5-7b.yaml"
+    bf16_weights = architecture(load_config(recipe)).params * 2 / GIB
+
+    def sampler(setting):
+        return memory_plan(load_config(recipe, [f"rl.sampler={{type: vllm, {setting}}}"]), 8, 80)["rl"]["parts_gib"]["sampler"]
+
+    assert sampler("kv_cache_gib: 6") == pytest.approx(bf16_weights + 6)
+    assert sampler("gpu_memory_utilization: 0.3") == pytest.approx(0.3 * 80)

@@ -193,3 +193,38 @@ def test_sft_weighs_prompt_tokens_and_seeds_its_adapters(tiny_model_dir, tmp_pat
     adapted = trained("lora", 1, lora=lora)
     assert same(trained("lora-other-global", 2, lora=lora), adapted)
     assert not same(trained("lora-seed-1", 1, seed=1, lora=lora), adapted)
+
+
+def test_expert_and_judgment_data_ask_with_the_prompts_the_rollout_builds(tiny_model_dir):
+    """SFT's examples are asked with the prompt RL's rollout renders in the same state (the recipe's
+    template and its history length), so the cold start teaches what RL asks: the expert's episode
+    as the expert data gives it and as the judgment data plays it (`play`), replayed through the
+    rollout, gives the same prompts, earlier steps shown."""
+    from agentrl.config import EnvPoolConfig, SamplingConfig
+    from agentrl.data import expert_episode, play
+    from agentrl.envs.household import HouseholdEnv
+    from agentrl.envs.pool import EnvPool
+    from agentrl.prompting import format_response
+    from agentrl.rollout.collect import collect
+    from agentrl.sampler.base import Generation
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    prompt = PromptConfig(history_length=2)
+    env = HouseholdEnv(max_steps=8)
+    asked = [example["messages"][-2]["content"] for example in expert_episode(env, "train-3", prompt)]
+    played = play(env, "train-3", prompt, lambda obs: env.expert_action()[1]).steps
+    assert len(played) >= 4
+
+    class Replay:
+        def __init__(self):
+            self.step = 0
+
+        def generate(self, prompts, params):
+            text = format_response("", played[self.step].action)
+            self.step += 1
+            return [Generation(tokenizer(text, add_special_tokens=False).input_ids + [tokenizer.eos_token_id], [0.0])]
+
+    with EnvPool(HouseholdEnvConfig(max_steps=8), EnvPoolConfig(workers=0)) as pool:
+        replayed = [s.prompt for s in collect(pool, Replay(), tokenizer, ["train-3"], 1, prompt, SamplingConfig())[0].steps]
+    assert asked == [s.prompt for s in played] == replayed
+    assert "Action: " in replayed[3]
