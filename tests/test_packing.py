@@ -41,7 +41,7 @@ def forward_backward(model, samples, budget, pack):
         logp, _ = response_logprobs(model, batch, 0.8, entropy=True)
         loss, _ = ppo_clip(logp, batch.old_logprobs, batch.advantages, batch.sample_index, PPOClipConfig())
         loss.sum().backward()
-        total += float(loss.sum())
+        total += float(loss.detach().sum())
         computed += batch.n_computed
     scored = per_sample(samples, budget, 0, lambda bs: [torch.stack(response_logprobs(model, b, 0.8, entropy=True))
                                                         .detach().T for b in bs], pack=pack)
