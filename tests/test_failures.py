@@ -433,3 +433,27 @@ def test_metrics_log_survives_a_line_cut_by_a_kill_and_a_restart_drops_stale_ste
     assert [r["step"] for r in read_metrics(logs / "metrics.jsonl")] == [1, 2]
     Tracker(logs, resume_step=0).close()  # started over (killed before the first checkpoint)
     assert read_metrics(logs / "metrics.jsonl") == []
+
+
+def test_an_atomic_write_cut_short_leaves_the_old_file(tmp_path, monkeypatch):
+    """`write_atomic` (every config, summary and record the phases write): a write that fails part
+    way leaves the old file whole and no other file; one that completes leaves only the new file."""
+    from agentrl.files import write_atomic
+
+    target = tmp_path / "summary.json"
+    target.write_text("old")
+    original = Path.write_text
+
+    def full_disk(self, text, *args, **kwargs):
+        original(self, text[:2], *args, **kwargs)
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        write_atomic(target, "new contents")
+    monkeypatch.undo()
+    assert target.read_text() == "old"
+    write_atomic(target, "new contents")
+    assert target.read_text() == "new contents"
+    assert [p.name for p in tmp_path.iterdir() if p.name != ".summary.json.tmp"] == ["summary.json"]
+

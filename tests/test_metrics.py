@@ -92,6 +92,10 @@ def ranks_helpers(rank, world, port, out_dir):
         found = {"mean": distributed.mean_metrics(logged), "gather": distributed.gather([f"r{rank}a", f"r{rank}b"]),
                  "union": distributed.union(list(logged)), "max": distributed.all_max(-rank * 2.0 + 1.0),
                  "sum": distributed.all_sum([rank + 1.0, 10.0]), "main": distributed.on_main(lambda: rank + 7)}
+        try:  # rank 0's work fails: it raises its error, every other rank stops too
+            distributed.on_main(lambda: 1 / 0)
+        except Exception as err:
+            found["failed"] = f"{type(err).__name__}: {err}"
         (out_dir / f"rank{rank}.json").write_text(json.dumps(found))
     finally:
         dist.destroy_process_group()
@@ -105,6 +109,8 @@ def test_rank_helpers_average_each_key_over_the_ranks_that_logged_it_and_gather_
         assert found["gather"] == (["r0a", "r0b", "r1a", "r1b"] if rank == 0 else [])
         assert found["union"] == ["a", "b", "c"]
         assert found["max"] == 1.0 and found["sum"] == [3.0, 20.0] and found["main"] == 7
+        failed = "ZeroDivisionError: division by zero"
+        assert found["failed"] == (failed if rank == 0 else f"RunError: rank 0 stopped ({failed})")
 
 
 def test_a_resumed_tracker_replaces_what_was_logged_after_its_checkpoint(tmp_path):
@@ -127,3 +133,40 @@ def test_a_resumed_tracker_replaces_what_was_logged_after_its_checkpoint(tmp_pat
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("loss")] == expected
+
+
+def test_the_plot_panels_draw_the_metrics_they_name():
+    """Each figure of `agentrl plot` draws the series its legend names, the evaluation band spans
+    each step's interval, and the step-time bars stack into the step's seconds."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from agentrl import plot
+
+    rows = [{"step": 0, "eval/l0/success": 0.5, "eval/l0/ci95_low": 0.3, "eval/l0/ci95_high": 0.7},
+            {"step": 1, "rollout/success": 0.25, "rollout/episode_reward": 2.5, "actor/entropy": 1.5, "actor/kl": 0.01,
+             "rollout/logprob_diff_mean": 1e-3, "rollout/logprob_diff_max": 1e-2, "rollout/kl_sampler_actor": 1e-4,
+             "timing_s/step": 10.0, "timing_s/gen": 4.0, "timing_s/update": 3.0},
+            {"step": 2, "rollout/success": 0.5, "rollout/episode_reward": 5.0, "actor/entropy": 1.25, "actor/kl": 0.02,
+             "eval/l0/success": 0.6, "eval/l0/ci95_low": 0.4, "eval/l0/ci95_high": 0.8}]
+
+    def drawn(draw, data):
+        fig, ax = plt.subplots()
+        draw(ax, data)
+        lines = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for a in fig.axes for line in a.lines}
+        bands = {tuple(map(float, xy)) for c in ax.collections for path in c.get_paths() for xy in path.vertices}
+        bars = {c.get_label(): [p.get_height() for p in c] for c in ax.containers}
+        plt.close(fig)
+        return lines, bands, bars
+
+    lines, bands, _ = drawn(plot._eval_success, rows)
+    assert lines == {"L0": ([0, 2], [0.5, 0.6])}
+    assert {(0.0, 0.3), (0.0, 0.7), (2.0, 0.4), (2.0, 0.8)} <= bands
+    assert drawn(plot._rollout, rows)[0] == {"success": ([1, 2], [0.25, 0.5]), "episode reward": ([1, 2], [2.5, 5.0])}
+    assert drawn(plot._kl_entropy, rows)[0] == {"entropy": ([1, 2], [1.5, 1.25]), "KL to reference": ([1, 2], [0.01, 0.02])}
+    assert drawn(plot._sampler_gap, rows)[0] == {"mean |log p diff|": ([1], [1e-3]), "max |log p diff|": ([1], [1e-2]),
+                                                 "KL(sampler || actor)": ([1], [1e-4])}
+    assert drawn(plot._step_time, rows)[2] == {"gen": [4.0], "update": [3.0], "other": [3.0]}
+    assert drawn(plot._sft_loss, [{"step": 5, "sft/loss": 0.7}])[0] == {"loss": ([5], [0.7])}
+

@@ -195,3 +195,34 @@ def test_an_installed_plugin_packages_version_is_part_of_the_settings(tmp_path, 
 
     assert installed("1.0")["plugin myplug_module"] == "myplug 1.0"
     assert installed("1.1")["plugin myplug_module"] == "myplug 1.1"
+
+
+def test_a_plugin_file_whose_module_name_is_taken_and_a_broken_entry_point_are_errors(tmp_path, monkeypatch):
+    """Two plugin files of one name would be one module (the second silently never imported), and
+    an installed entry point that cannot load would leave its methods missing: both are refused."""
+    import sys
+
+    from agentrl import registry
+
+    for folder in ("one", "two"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "same_stem_plugin.py").write_text("LOADED = True\n")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    first = tmp_path / "one" / "same_stem_plugin.py"
+    try:
+        assert registry.load_plugin(str(first)) == str(first)
+        assert registry.load_plugin(str(first)) == str(first)  # the same file again: already loaded, fine
+        with pytest.raises(PluginError, match="a module named 'same_stem_plugin' is already imported from .*one"):
+            registry.load_plugin(str(tmp_path / "two" / "same_stem_plugin.py"))
+    finally:
+        sys.modules.pop("same_stem_plugin", None)
+
+    info = tmp_path / "site" / "brokenplug-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: brokenplug\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[agentrl.plugins]\nbrokenplug = no_such_module_for_agentrl\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    with pytest.raises(PluginError, match=r"plugin entry point brokenplug \(no_such_module_for_agentrl\): No module"):
+        registry.load_entry_points()
+
