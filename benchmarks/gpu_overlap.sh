@@ -13,11 +13,13 @@
 # (and the time to the first), and STEPS is 2 (the first left out as warm-up). The random-init model's
 # moves are nearly all refused by the engine, so the recipe's `sampling.retries: 4` made it sample
 # every turn 5 times (30 turns x 5 x 32 tokens a step); a trained agent seldom retries, so the check
-# sets retries to 0 in both loops.
+# sets retries to 0 in both loops, and 8 environment workers (of the 16 cores) so that the engines
+# do not stand in for generation.
 # Rows are appended to $OUT/overlap.csv. Carried in .gpu (ignored through .git/info/exclude):
 # whl/ (cp312 wheels of pydantic and ALFWorld's dependencies, which the machine lacks), libs.tar.xz
 # (jericho and fast_downward from .venv), alfworld_json_2.1.1_slim.tar.xz, and alf-full-model (a
-# full-history ALFWorld model folder: its tokenizer and prompt for the random-init SHAPE model).
+# full-history ALFWorld model folder: its tokenizer and prompt for the random-init SHAPE model),
+# all made by benchmarks/gpu_overlap_prepare.sh.
 #   OUT=results BUDGET=540 bash benchmarks/gpu_overlap.sh
 # The tracked tree (80 MB, 77 of it benchmarks/results/*-seeds) is over the 64 MiB a call carries:
 # for the call, `git rm -r -q --cached` those two folders and list them in .git/info/exclude, then
@@ -51,7 +53,7 @@ config["max_position_embeddings"] = 16384  # full-history episodes run past make
 EOF
 check alfworld "${OVERLAP[@]}" --recipe recipes/alfworld-cpu.yaml --model /tmp/alf-shape --steps "$STEPS" \
     --set env.data=.gpu/alfworld_json_2.1.1_slim.tar.xz --set prompt.full_history=true --set model.dtype=bfloat16 \
-    --set sampling.retries=0
+    --set sampling.retries=0 --set rl.env_pool.workers=8
 check tests timeout 150 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_overlap.py
 python3 -m agentrl.cli model init recipes/demo.yaml --out /tmp/demo-model > /dev/null
 check demo "${OVERLAP[@]}" --recipe recipes/demo.yaml --model /tmp/demo-model --steps 6
