@@ -182,17 +182,27 @@ alfworld-seeds: $(STAMP)  ## the 5-seed GRPO / GiGPO / GAGPO / SFT comparison, p
 # its own init (16,384 positions: a 30-step episode is about 6k tokens, the longest
 # rebuilt from seed 0's RL rollouts 11.4k) and cold start; then full
 # history against the recipe's own runs of the same seeds (benchmarks/results/alfworld-seeds/grpo:
-# the notebook, no window), paired by seed.
-FULL_HISTORY_SET := --set prompt.full_history=true --set init.context_length=16384 --set sft.pack_prefixes=true
-runs/alfworld-cpu-full/expert.jsonl: FORCE | $(STAMP)
+# the notebook, no window), paired by seed. ARM=restated: the same, each later turn restating the
+# task and the notes (the second arm, pre-registered in benchmarks/results/alfworld-full), in
+# runs/alfworld-cpu-restated, also against the first arm's kept runs.
+ARM ?= full
+ifeq ($(filter full restated,$(ARM)),)
+$(error ARM must be full or restated, not "$(ARM)")
+endif
+FULL_RUNS := runs/alfworld-cpu-$(ARM)
+RESTATED_TURN := "Your task is to: {task}\nNotes: {memory}\nObservation: {observation}\nAdmissible actions: {actions}"
+FULL_HISTORY_SET := --set prompt.full_history=true --set init.context_length=16384 --set sft.pack_prefixes=true \
+	$(if $(filter restated,$(ARM)),--set 'prompt.turn_template=$(RESTATED_TURN)')
+$(FULL_RUNS)/expert.jsonl: FORCE | $(STAMP)
 	$(VENV)/bin/agentrl data recipes/alfworld-cpu.yaml --out $@ --episodes $(EXPERT_EPISODES_alfworld) $(FULL_HISTORY_SET)
 
-alfworld-cpu-full: runs/alfworld-cpu-full/expert.jsonl  ## one seed (SEED=k) of the ALFWorld pipeline with full history, then full history vs the recipe over the seeds run
-	$(VENV)/bin/agentrl run recipes/alfworld-cpu.yaml --set seed=$(SEED) --set run_dir=runs/alfworld-cpu-full/seed$(SEED) \
-		--set model.path=runs/alfworld-cpu-full/seed$(SEED)/model-init --set sft.data=runs/alfworld-cpu-full/expert.jsonl \
+alfworld-cpu-full: $(FULL_RUNS)/expert.jsonl  ## one seed (SEED=k) of the ALFWorld pipeline with full history (ARM=restated: the task and notes in every turn), then against the recipe over the seeds run
+	$(VENV)/bin/agentrl run recipes/alfworld-cpu.yaml --set seed=$(SEED) --set run_dir=$(FULL_RUNS)/seed$(SEED) \
+		--set model.path=$(FULL_RUNS)/seed$(SEED)/model-init --set sft.data=$(FULL_RUNS)/expert.jsonl \
 		$(FULL_HISTORY_SET) $(OVERRIDES)
-	$(VENV)/bin/agentrl compare --runs full=runs/alfworld-cpu-full@rl --runs notebook=$(SEEDS_DIR)/grpo@rl \
-		--runs full-sft=runs/alfworld-cpu-full@sft --runs notebook-sft=$(SEEDS_DIR)/grpo@sft --out runs/alfworld-cpu-full/compare
+	$(VENV)/bin/agentrl compare --runs $(ARM)=$(FULL_RUNS)@rl --runs notebook=$(SEEDS_DIR)/grpo@rl \
+		--runs $(ARM)-sft=$(FULL_RUNS)@sft --runs notebook-sft=$(SEEDS_DIR)/grpo@sft \
+		$(if $(filter restated,$(ARM)),--runs full=benchmarks/results/alfworld-full/full@rl) --out $(FULL_RUNS)/compare
 
 SW_SEEDS_DIR := benchmarks/results/scienceworld-seeds
 scienceworld-seeds: $(STAMP)  ## the 12-seed replication: RL on all task types / GRPO / SFT on the score, paired, from the runs kept in benchmarks/results/scienceworld-seeds
