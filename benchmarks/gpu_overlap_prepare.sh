@@ -3,7 +3,7 @@
 # machine that has Python 3.12, torch and transformers but no network: cp312 wheels of pydantic and
 # ALFWorld's dependencies, jericho and fast_downward from .venv, the ALFWorld games, and a
 # full-history ALFWorld model folder's tokenizer and prompt (MODEL, e.g. a seed's model-init from
-# `make alfworld-full`). The tracked tree's seed results are too large to carry: see gpu_overlap.sh.
+# `make alfworld-cpu-full`). The tracked tree's seed results are too large to carry: see gpu_overlap.sh.
 #   MODEL=runs/alfworld-cpu-full/seed4/model-init bash benchmarks/gpu_overlap_prepare.sh
 set -eu
 MODEL=${MODEL:?a full-history ALFWorld model folder}

@@ -107,7 +107,8 @@ def test_seq_ratio_kernel_matches_pytorch(monkeypatch, dual_clip):
     segments = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
     n = segments.numel()
     old = -torch.rand(n, generator=g) * 3
-    shift = torch.randn(n, generator=g) * 0.4 + 1.5 * (segments == 3)  # action 3: ratio ~4.5, A < 0
+    # action 3: ratio ~4.5 with A < 0 (dual-clipped); action 4: ratio ~1.8 with A > 0 (clipped, 40 tokens)
+    shift = torch.randn(n, generator=g) * 0.4 + 1.5 * (segments == 3) + 0.6 * (segments == 4)
     adv = torch.tensor([2.0, -1.5, 0.7, -3.0, 1.0, -0.2])[segments]
     up = torch.randn(n, generator=g)
     segments, old, shift, adv, up = (t.to(TRITON_DEVICE) for t in (segments, old, shift, adv, up))
@@ -126,4 +127,5 @@ def test_seq_ratio_kernel_matches_pytorch(monkeypatch, dual_clip):
     assert set(counts) == set(ref_counts)
     for key in counts:
         assert counts[key].item() == ref_counts[key].item()
-    assert ref_counts["pg_clipfrac"] > 0 and (dual_clip is None or ref_counts["pg_clipfrac_dual"] == 3)
+    # counted per token: the 40-token action clipped counts 40, not 1
+    assert ref_counts["pg_clipfrac"] >= 40 and (dual_clip is None or ref_counts["pg_clipfrac_dual"] == 3)
