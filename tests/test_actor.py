@@ -75,6 +75,41 @@ def test_update_does_not_depend_on_micro_batch_split(tiny_model_dir, agg):
         torch.testing.assert_close(one[name], many[name], atol=1e-7, rtol=1e-4)
 
 
+
+def test_activation_checkpointing_runs_each_layer_again_in_backward_with_the_same_gradients(tiny_model_dir):
+    """`actor.activation_checkpointing` (the single actor's, through the registry as the trainer
+    builds it): each decoder layer's forward runs twice per update, once more in backward, and the
+    gradients are those of the update without it."""
+    import agentrl.actor  # noqa: F401  (registers the backends)
+    from agentrl.actor import SingleActorConfig
+    from agentrl.registry import ACTORS
+
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(10, 300, (12,), generator=g).tolist()
+    grads, calls = {}, {}
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = load_model(tiny_model_dir)
+        actor = ACTORS.get("single")(SingleActorConfig(activation_checkpointing=checkpointing), model,
+                                     OptimConfig(lr=1e-3), [])
+        model.train()
+        counted = []
+        model.model.layers[0].register_forward_pre_hook(lambda *_: counted.append(1))  # (a recompute stops early)
+        sample = TrainSample.from_turn(ids[:7], ids[7:], old_logprobs=[-1.0] * 5, advantages=[1.0] * 5)
+        sample.weight = [0.2] * 5
+
+        def loss_fn(batch):
+            logp, _ = actor.token_logprobs(batch)
+            loss, _ = ppo_clip(logp, batch.old_logprobs, batch.advantages, batch.sample_index, PPOClipConfig())
+            return LossOutputs((batch.weight * loss).sum())
+
+        actor.optimizer_step([(micro_batches([sample], 10**6), loss_fn)])
+        grads[checkpointing] = {n: p.grad.clone() for n, p in model.named_parameters()}
+        calls[checkpointing] = len(counted)
+    assert calls == {False: 1, True: 2}
+    for name, grad in grads[False].items():
+        torch.testing.assert_close(grads[True][name], grad, atol=1e-7, rtol=1e-5)
+
 def test_ppo_clip_by_hand():
     logp = torch.log(torch.tensor([1.5, 0.5, 0.5, 4.0, 1.1]))
     old = torch.zeros(5)

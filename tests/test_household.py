@@ -165,3 +165,29 @@ def test_looking_examining_and_closing_are_labelled_as_no_help():
             assert [env.step(a).progress for a in (f"examine {r}", "look", "inventory", f"close {r}")] == [False] * 4
             return
     pytest.fail("no closed container found")
+
+
+@pytest.mark.parametrize("difficulty", ["easy", "hard"])
+def test_a_task_places_exactly_its_own_objects_and_never_targets_the_desk(difficulty):
+    """The distractors are other kinds (an extra object of the task's kind would make "put two"
+    and "take the first you see" easier than the expert's plan), and the target is never the desk
+    (the lamp's place)."""
+    env = HouseholdEnv(difficulty)
+    for split in ["train", "l1", "l2"]:
+        for task_id in env.split_tasks(split)[:100]:
+            task = make_task(difficulty, 40, 20, task_id)
+            own = [o for o, _ in task.placement if receptacle_kind(o) == task.object_kind]
+            assert len(own) == (2 if task.task_type == "pick_two_obj_and_place" else 1), task_id
+            assert task.target_kind != receptacle_kind(DESK), task_id
+
+
+def test_sampled_tasks_cover_the_split_and_each_task_type():
+    """With replacement, every task equally likely: 2,000 draws from 100 tasks reach each of them,
+    and by type each type about equally often."""
+    env = HouseholdEnv(eval_size=100)
+    drawn = sample_tasks(env, "l1", 2000, random.Random(0))
+    assert set(drawn) == set(env.split_tasks("l1"))
+    by_type = sample_tasks(env, "l1", 2000, random.Random(0), by_type=True)
+    counts = {t: sum(env.task_type(task) == t for task in by_type) for t in IN_DOMAIN_TYPES}
+    assert all(400 <= c <= 600 for c in counts.values()), counts
+    assert set(by_type) == set(env.split_tasks("l1"))

@@ -146,6 +146,8 @@ def test_a_plugin_component_and_train_resume_against_changed_plugin_code(tmp_pat
 
     assert main(train) == 2
     assert "add --resume to continue that run or --overwrite" in capsys.readouterr().err
+    assert main([*train, "--resume", "--set", "rl.optim.lr=0.5"]) == 2  # a setting changed: not resumed
+    assert "trained with other settings (rl.optim.lr: " in capsys.readouterr().err
     plugin.write_text(code.replace("cost: float = 0.1", "cost: float = 0.2"))
     assert main([*train, "--resume", "--set", "rl.steps=2"]) == 2
     err = capsys.readouterr().err
@@ -153,6 +155,8 @@ def test_a_plugin_component_and_train_resume_against_changed_plugin_code(tmp_pat
     assert main([*train, "--overwrite", "--set", "rl.steps=2"]) == 0
     rows = (tmp_path / "run" / "rl" / "logs" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in rows] == [1, 2]
+    assert main([*train, "--overwrite"]) == 0  # a shorter run over a longer one: nothing of the old is left
+    assert sorted(p.name for p in (tmp_path / "run" / "rl" / "checkpoints").iterdir()) == ["step_000001"]
 
     with pytest.raises(ConfigError, match="trainer component 'step_costs'; registered: coupling, nthr, step_cost"):
         load_config(recipe, ["rl.components=[{type: step_costs}]"])

@@ -173,7 +173,6 @@ def hub_reachable(timeout_s: float = 3.0) -> bool:
 
 def load_tokenizer(path: str):
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(path))
-    tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if tokenizer.chat_template is None:
