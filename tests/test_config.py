@@ -241,3 +241,23 @@ def _changed_defaults(name: str, settings: dict) -> dict:
     if name == "demo-gcd-external":
         settings["rl"]["aux"][0]["sampling"]["max_new_tokens"] = 96
     return settings
+
+
+@pytest.mark.parametrize("refused,accepted,message", [
+    ({"rl": {"actor": {"backend": "fsdp2"}, "overlap": {}}}, {"rl": {"overlap": {}}},
+     r"rl\.overlap runs the sampler beside a single-process actor for now: it needs rl\.actor\.backend: single"),
+    ({"rl": {"tis_cap": 2.0}}, {"rl": {"tis_cap": 2.0, "old_logprobs": "actor"}},
+     r"rl\.tis_cap weights by p_actor / p_sampler: it needs rl\.old_logprobs: actor"),
+    ({"rl": {"actor": {"backend": "fsdp2", "lora": {}}, "sampler": {"type": "vllm"}, "kl_coef": 0.1}},
+     {"rl": {"actor": {"backend": "fsdp2", "lora": {}}, "sampler": {"type": "vllm"}, "kl_coef": 0.0}},
+     r"rl\.actor\.lora with rl\.kl_coef needs actor\.backend: single when sampler\.type is vllm"),
+    ({"env": {"type": "scienceworld"}, "sft": {"judgments": 2}},
+     {"env": {"type": "scienceworld", "valid_actions": True}, "sft": {"judgments": 2}},
+     r"sft\.judgments plays random valid actions: it needs env\.valid_actions: true"),
+    ({"prompt": {"full_history": True}, "sft": {"judgments": 2}}, {"sft": {"judgments": 2}},
+     r"sft\.judgments reads a step's prompt as text: not yet with prompt\.full_history"),
+])
+def test_a_setting_without_the_one_it_needs_is_refused_by_name(refused, accepted, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_config(refused)
+    validate_config(accepted)

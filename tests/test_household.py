@@ -191,3 +191,14 @@ def test_sampled_tasks_cover_the_split_and_each_task_type():
     counts = {t: sum(env.task_type(task) == t for task in by_type) for t in IN_DOMAIN_TYPES}
     assert all(400 <= c <= 600 for c in counts.values()), counts
     assert set(by_type) == set(env.split_tasks("l1"))
+
+
+def test_every_receptacle_can_be_gone_to_from_anywhere_in_the_rooms_order():
+    """The go-to moves list the whole room in its order wherever the agent stands, the current
+    receptacle included, so the expert's next search target is a function of the prompt."""
+    env = HouseholdEnv("medium")
+    obs = env.reset("train-3")
+    receptacles = list(env.task.layout.receptacles)
+    for receptacle in [*receptacles, receptacles[0]]:
+        obs = env.step(f"go to {receptacle}").observation
+        assert [a.removeprefix("go to ") for a in obs.admissible_actions if a.startswith("go to ")] == receptacles
