@@ -21,9 +21,9 @@
 # full-history ALFWorld model folder: its tokenizer and prompt for the random-init SHAPE model),
 # all made by benchmarks/gpu_overlap_prepare.sh.
 #   OUT=results BUDGET=540 bash benchmarks/gpu_overlap.sh
-# The tracked tree (80 MB, 77 of it benchmarks/results/*-seeds) is over the 64 MiB a call carries:
-# for the call, `git rm -r -q --cached` those two folders and list them in .git/info/exclude, then
-# `git reset -q` and drop the two lines (the files never leave the disk; commit nothing in between).
+# The tracked tree (140 MB, 137 of it benchmarks/results/*-seeds and alfworld-full) is over the 64 MiB
+# a call carries: for the call, `git rm -r -q --cached` those three folders and list them in
+# .git/info/exclude, then `git reset -q` and drop the three lines (the files never leave the disk; commit nothing in between).
 set -u
 OUT=${OUT:?a folder for the rows}; BUDGET=${BUDGET:-540}; SHAPE=${SHAPE:-qwen2.5-1.5b}; STEPS=${STEPS:-2}
 SITE=/tmp/agentrl-site
