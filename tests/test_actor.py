@@ -75,13 +75,11 @@ def test_update_does_not_depend_on_micro_batch_split(tiny_model_dir, agg):
         torch.testing.assert_close(one[name], many[name], atol=1e-7, rtol=1e-4)
 
 
-
 def test_activation_checkpointing_runs_each_layer_again_in_backward_with_the_same_gradients(tiny_model_dir):
     """`actor.activation_checkpointing` (the single actor's, through the registry as the trainer
     builds it): each decoder layer's forward runs twice per update, once more in backward, and the
     gradients are those of the update without it."""
-    import agentrl.actor  # noqa: F401  (registers the backends)
-    from agentrl.actor import SingleActorConfig
+    from agentrl.actor import SingleActorConfig  # (importing it registers the backends)
     from agentrl.registry import ACTORS
 
     g = torch.Generator().manual_seed(2)
@@ -92,7 +90,6 @@ def test_activation_checkpointing_runs_each_layer_again_in_backward_with_the_sam
         model = load_model(tiny_model_dir)
         actor = ACTORS.get("single")(SingleActorConfig(activation_checkpointing=checkpointing), model,
                                      OptimConfig(lr=1e-3), [])
-        model.train()
         counted = []
         model.model.layers[0].register_forward_pre_hook(lambda *_: counted.append(1))  # (a recompute stops early)
         sample = TrainSample.from_turn(ids[:7], ids[7:], old_logprobs=[-1.0] * 5, advantages=[1.0] * 5)
@@ -109,6 +106,7 @@ def test_activation_checkpointing_runs_each_layer_again_in_backward_with_the_sam
     assert calls == {False: 1, True: 2}
     for name, grad in grads[False].items():
         torch.testing.assert_close(grads[True][name], grad, atol=1e-7, rtol=1e-5)
+
 
 def test_ppo_clip_by_hand():
     logp = torch.log(torch.tensor([1.5, 0.5, 0.5, 4.0, 1.1]))
