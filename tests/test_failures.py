@@ -456,4 +456,3 @@ def test_an_atomic_write_cut_short_leaves_the_old_file(tmp_path, monkeypatch):
     write_atomic(target, "new contents")
     assert target.read_text() == "new contents"
     assert [p.name for p in tmp_path.iterdir() if p.name != ".summary.json.tmp"] == ["summary.json"]
-
