@@ -18,7 +18,7 @@ from agentrl.actor.single import SingleActor
 from agentrl.config import OptimConfig
 from agentrl.losses.policy import aggregation_weights
 from agentrl.metrics import LossOutputs
-from agentrl.models import load_model
+from agentrl.models import load_model, load_tokenizer
 from agentrl.packing import TrainSample, micro_batches
 
 # Adam's first step is lr x sign(g) where |g| >> eps: float noise in tiny gradients moves an
@@ -103,7 +103,6 @@ def sampler_sees_the_update(actor, model_dir, lora):
     from agentrl.packing import collate
     from agentrl.forward import response_logprobs
     from agentrl.config import SamplingConfig
-    from agentrl.models import load_tokenizer
     from agentrl.sampler.hf import HFSampler
 
     tokenizer = load_tokenizer(model_dir)
@@ -158,13 +157,29 @@ def test_a_non_finite_update_is_skipped_and_counted_by_every_sharded_backend(tin
     mp.spawn(skip_rank, args=(2, free_port(), str(tiny_model_dir), backend), nprocs=2)
 
 
-@pytest.mark.parametrize("backend,lora", [("fsdp2", False), ("fsdp2", True), ("zero2", False), ("zero3", False)],
-                         ids=["fsdp2", "fsdp2-lora", "zero2", "zero3"])
-def test_two_ranks_match_one_process(tiny_model_dir, tmp_path, backend, lora):
+def untied_copy(model_dir, out) -> str:
+    """The model with an output layer of its own (the embeddings' values plus noise)."""
+    model = load_model(model_dir)
+    model.config.tie_word_embeddings = False
+    with torch.no_grad():
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight + 0.02 * torch.randn_like(model.lm_head.weight))
+    model.save_pretrained(out)
+    load_tokenizer(model_dir).save_pretrained(out)
+    assert load_model(str(out)).lm_head.weight.data_ptr() != load_model(str(out)).model.embed_tokens.weight.data_ptr()
+    return str(out)
+
+
+@pytest.mark.parametrize("backend,lora,tied", [("fsdp2", False, True), ("fsdp2", True, True), ("zero2", False, True),
+                                               ("zero3", False, True), ("zero3", False, False)],
+                         ids=["fsdp2", "fsdp2-lora", "zero2", "zero3", "zero3-untied"])
+def test_two_ranks_match_one_process(tiny_model_dir, tmp_path, backend, lora, tied):
+    """(Untied: ZeRO-3 gathers the output layer, used outside its own module, for the root's forward.)"""
     if lora:
         pytest.importorskip("peft")
     if backend.startswith("zero"):
         pytest.importorskip("deepspeed")
+    if not tied:
+        tiny_model_dir = untied_copy(tiny_model_dir, tmp_path / "untied")
     mp.spawn(actor_rank, args=(2, free_port(), str(tiny_model_dir), str(tmp_path), lora, backend), nprocs=2)
 
     model = policy(str(tiny_model_dir), lora)
@@ -191,6 +206,41 @@ def test_two_ranks_match_one_process(tiny_model_dir, tmp_path, backend, lora):
         for name, value in reloaded.state_dict().items():
             if name in fsdp:
                 assert torch.equal(value, fsdp[name]), name
+
+
+@leaves_like_a_launched_rank
+def checkpointing_rank(rank, world, port, model_dir, out_dir, backend):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        from agentrl.actor import FSDP2ActorConfig, ZeRO3ActorConfig
+        from agentrl.registry import ACTORS
+
+        kind = {"fsdp2": FSDP2ActorConfig, "zero3": ZeRO3ActorConfig}[backend]
+        states, calls = {}, {}
+        for checkpointing in (False, True):
+            model = policy(model_dir, False)
+            actor = ACTORS.get(backend)(kind(activation_checkpointing=checkpointing), model, OPTIM, [])
+            counted = []
+            model.model.layers[0].register_forward_pre_hook(lambda *_: counted.append(1))  # (a recompute stops early)
+            actor.optimizer_step([(micro_batches(batch_samples()[rank::world], 10**6), make_loss(actor))])
+            states[checkpointing], calls[checkpointing] = actor.full_state_dict(), len(counted)
+        assert calls == {False: 1, True: 2}, calls
+        for name, value in states[False].items():
+            torch.testing.assert_close(states[True][name], value, atol=1e-7, rtol=0)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("backend", ["fsdp2", "zero3"])
+def test_activation_checkpointing_runs_each_layer_again_on_every_rank_with_the_same_update(tiny_model_dir, tmp_path,
+                                                                                         backend):
+    """`actor.activation_checkpointing` on a sharded actor (as the registry builds it): each rank
+    runs each decoder layer's forward once more in backward, and the update is the one without it."""
+    if backend.startswith("zero"):
+        pytest.importorskip("deepspeed")
+    mp.spawn(checkpointing_rank, args=(2, free_port(), str(tiny_model_dir), str(tmp_path), backend), nprocs=2)
 
 
 class PeakResidentMemory:

@@ -444,3 +444,21 @@ def test_a_sampler_keeping_each_episodes_cache_samples_what_prefilling_every_pro
                     p.mul_(1.2)
     kept.sleep()  # before an update (the trainer's order): the memory goes back to the actor
     assert kept.kept.bytes == 0 and not kept.kept.entries
+
+
+@pytest.mark.parametrize("prompt,sampler,budget", [
+    ({"full_history": True, "history_length": 0}, {}, 1024),
+    ({"full_history": True, "history_length": 0}, {"keep_cache_mib": 8}, 8),
+    ({"full_history": True, "history_length": 0}, {"keep_cache_mib": 0}, None),
+    ({}, {}, None)], ids=["full-default", "full-8", "full-off", "window"])
+def test_the_runs_sampler_keeps_each_episodes_cache_by_default_with_full_history(tiny_model_dir, prompt, sampler,
+                                                                                 budget):
+    """`rl.sampler.keep_cache_mib` unset: 1024 MiB kept with full history (each prompt extends the
+    last), nothing with the window; as the registry builds the run's sampler."""
+    from agentrl.recipe import validate_config
+    from agentrl.registry import SAMPLERS
+
+    config = validate_config({"env": {"type": "household"}, "prompt": prompt, "rl": {"sampler": sampler}})
+    model, tokenizer = load_model(tiny_model_dir), load_tokenizer(tiny_model_dir)
+    built = SAMPLERS.get("hf")(config.rl.sampler, str(tiny_model_dir), lambda: model, tokenizer, config)
+    assert (built.kept.budget / 2**20 if built.kept else None) == budget

@@ -90,3 +90,23 @@ def test_bf16_is_slow_only_on_a_cpu_without_its_instructions():
     assert slow_dtype("bfloat16", cuda=False, native_bf16=True) is None
     assert slow_dtype("bfloat16", cuda=True, native_bf16=False) is None  # a GPU computes it
     assert slow_dtype("float32", cuda=False, native_bf16=False) is None
+
+
+def test_a_checkpoint_saved_in_several_files_is_read_from_all_of_them(tiny_model_dir, tmp_path):
+    """`load_shards` (how a sharded actor fills a model loaded empty) on a folder whose weights
+    are split over several safetensors files by its index: every parameter is the file's."""
+    import torch
+
+    from agentrl.models import load_model, load_shards
+
+    model = load_model(str(tiny_model_dir))
+    model.save_pretrained(tmp_path / "split", max_shard_size="400KB")
+    files = sorted(p.name for p in (tmp_path / "split").glob("*.safetensors"))
+    assert len(files) > 2 and "model.safetensors" not in files
+    empty = load_model(str(tmp_path / "split"), empty=True)
+    empty.to_empty(device="cpu")
+    empty.tie_weights()  # (to_empty gives the shared head a tensor of its own)
+    load_shards(empty, tmp_path / "split")
+    expected = dict(model.named_parameters())
+    for name, param in empty.named_parameters():
+        assert torch.equal(param, expected[name]), name

@@ -197,11 +197,15 @@ def trajectories(run_dir):
     return [t for path in sorted((run_dir / "rollouts").glob("step_*")) for t in read_trajectories(path)]
 
 
-def test_the_engine_is_built_with_the_samplers_settings(tiny_model_dir, monkeypatch):
-    """Each setting of the vLLM sampler reaches the engine it builds (the real engine, the arguments
-    it was built with recorded): gpu_memory_utilization, kv_cache_gib, max_model_len,
-    enforce_eager, and sleep (which vLLM does only on GPUs: never here)."""
+def test_the_engine_is_built_with_the_runs_settings(tiny_model_dir, monkeypatch):
+    """Each setting of the vLLM sampler reaches the engine the registry builds for a run (the real
+    engine, the arguments it was built with recorded): gpu_memory_utilization, kv_cache_gib,
+    max_model_len, enforce_eager, sleep (which vLLM does only on GPUs: never here), the run's seed
+    and its LoRA scale (alpha / r, for the merged push)."""
     import vllm
+
+    from agentrl.recipe import validate_config
+    from agentrl.registry import SAMPLERS
 
     built = []
 
@@ -211,11 +215,31 @@ def test_the_engine_is_built_with_the_samplers_settings(tiny_model_dir, monkeypa
             super().__init__(**kwargs)
 
     monkeypatch.setattr(vllm, "LLM", Recorded)
-    config = VLLMSamplerConfig(gpu_memory_utilization=0.3, kv_cache_gib=0.25, max_model_len=512, enforce_eager=True,
-                               sleep=False)
-    sampler = VLLMSampler(str(tiny_model_dir), load_tokenizer(tiny_model_dir), config, "float32", seed=0)
+    run = validate_config({"seed": 7, "env": {"type": "household"}, "rl": {
+        "sampler": {"type": "vllm", "gpu_memory_utilization": 0.3, "kv_cache_gib": 0.25, "max_model_len": 512,
+                    "enforce_eager": True, "sleep": False},
+        "actor": {"lora": {"r": 4, "alpha": 16}}}})
+    sampler = SAMPLERS.get("vllm")(run.rl.sampler, str(tiny_model_dir), None, load_tokenizer(tiny_model_dir), run)
     [arguments] = built
     assert (arguments["gpu_memory_utilization"], arguments["kv_cache_memory_bytes"], arguments["max_model_len"],
-            arguments["enforce_eager"], arguments["enable_sleep_mode"]) == (0.3, 2**28, 512, True, False)
+            arguments["enforce_eager"], arguments["enable_sleep_mode"], arguments["seed"]) == (
+        0.3, 2**28, 512, True, False, 7)
     assert sampler.llm.llm_engine.model_config.max_model_len == sampler.context_length == 512
     assert sampler.can_sleep is False  # sleep: false (and on CPU it never sleeps)
+    assert sampler.lora_scale == 4.0
+
+
+def test_a_generation_ends_at_its_stop_token(tiny_model_dir):
+    """A reply stops at the first end-of-sequence token, which it keeps: seeded, with the stop token
+    set to one the reply otherwise samples later on, it is the longer reply cut just after it."""
+    tokenizer = load_tokenizer(tiny_model_dir)
+    sampler = VLLMSampler(str(tiny_model_dir), tokenizer, VLLMSamplerConfig(), "float32", seed=0)
+    prompt = tokenizer("Task: put a apple in shelf.\nObservation: You arrive at desk 1.").input_ids
+    params = SamplingConfig(temperature=1.0, max_new_tokens=16)
+    torch.manual_seed(0)
+    [probe] = sampler.generate([prompt], params)
+    stop = next(i for i, t in enumerate(probe.token_ids) if i >= 2 and t not in probe.token_ids[:i])
+    sampler.eos_id = probe.token_ids[stop]
+    torch.manual_seed(0)
+    [reply] = sampler.generate([prompt], params)
+    assert reply.token_ids == probe.token_ids[:stop + 1]
