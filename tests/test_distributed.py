@@ -158,8 +158,11 @@ def test_a_non_finite_update_is_skipped_and_counted_by_every_sharded_backend(tin
 
 
 def untied_copy(model_dir, out) -> str:
-    """The model with an output layer of its own (the embeddings' values plus noise)."""
+    """The model with an output layer of its own (the embeddings' values plus noise), its
+    vocabulary padded to 1,024 rows so that each matrix is past the 1e5 elements below which
+    ZeRO-3 keeps a parameter whole on every rank."""
     model = load_model(model_dir)
+    model.resize_token_embeddings(1024)
     model.config.tie_word_embeddings = False
     with torch.no_grad():
         model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight + 0.02 * torch.randn_like(model.lm_head.weight))

@@ -1,9 +1,9 @@
 """DeepSpeed ZeRO-2 / ZeRO-3 actor (`pip install 'agentrl[deepspeed]'`).
 
 The engine wraps the same `TokenHead` root as the FSDP2 actor (decoder + fused log-prob). Under
-ZeRO-3 the lm_head weight is used outside its own module's forward, so it is registered as an
-external parameter of the root and gathered for it. Gradients are accumulated over a step's
-micro-batches (the accumulation boundary is set by hand: the count varies from step to step),
+ZeRO-3 the lm_head weight is used outside its own module's forward; DeepSpeed's parameter getter
+gathers it there and registers it as an external parameter of the root itself. Gradients are
+accumulated over a step's micro-batches (the accumulation boundary is set by hand: the count varies from step to step),
 averaged over ranks by DeepSpeed and therefore each rank's globally normalised loss is scaled by
 the world size, as in `actor/fsdp.py`; ranks pad to the same micro-batch count. The optimizer is
 torch's AdamW (the same update as the other backends), partitioned by ZeRO. On CPU the process
@@ -53,8 +53,6 @@ class DeepSpeedActor:
         optimizer, scheduler = make_optimizer(trainable, optim)
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=root, optimizer=optimizer, lr_scheduler=scheduler, config=config, dist_init_required=False)
-        if stage == 3:
-            deepspeed.zero.register_external_parameter(self.engine.module, model.get_output_embeddings().weight)
 
     def token_logprobs(self, batch, temperature=1.0, entropy=False):
         return call_root(self.engine, batch, temperature, entropy)
