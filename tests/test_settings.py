@@ -323,7 +323,7 @@ ELSEWHERE = {
     "rl.components[coupling].every": "test_trainer.py::test_coupling_lab_metrics_join_the_step_metrics_on_its_steps",
     "rl.components[coupling].pairs": "test_analysis.py::test_the_coupling_lab_draws_its_pairs_afresh_each_step",
     "rl.components[coupling].lr": "test_analysis.py::test_the_coupling_lab_draws_its_pairs_afresh_each_step",
-    **{f"rl.sampler[vllm].{name}": "test_vllm.py::test_the_engine_is_built_with_the_samplers_settings"
+    **{f"rl.sampler[vllm].{name}": "test_vllm.py::test_the_engine_is_built_with_the_runs_settings"
        for name in ("gpu_memory_utilization", "kv_cache_gib", "max_model_len", "sleep", "enforce_eager")},
     "env[alfworld].data": "test_alfworld.py::test_rl_train_task_types_replace_the_envs_for_rl_only",
     "env[scienceworld].splits_dir": "test_scienceworld.py::test_splits_have_the_documented_sizes",
