@@ -403,6 +403,10 @@ def test_data_from_a_recipe_without_sft_or_rl_sections(tmp_path, capsys):
         assert f"settings changed ({key}), redoing" in capsys.readouterr().err
     made = [json.loads(line)["task_id"] for line in out.read_text().splitlines()]
     assert len(set(made) - {"judgment"}) == 4 and made.count("judgment") == 2  # the last --episodes and --judgments
+    # --judgments 0 over a recipe that asks for some: none.
+    assert main(["data", str(path), "--out", str(out), *args, "--set", "sft.judgments=2", "--judgments", "0"]) == 0
+    assert "settings changed (judgments: 2 -> 0), redoing" in capsys.readouterr().err
+    assert "judgment" not in [json.loads(line)["task_id"] for line in out.read_text().splitlines()]
 
 
 def test_a_model_folder_rewritten_in_place_is_another_model(tmp_path):

@@ -77,6 +77,32 @@ def test_export_of_a_plain_checkpoint_and_bad_input(tiny_model_dir, tmp_path):
     assert main(["export", str(tmp_path / "empty"), "--out", str(tmp_path / "x")]) == 2
 
 
+def test_export_merges_adapters_into_the_base_given_with_base(tiny_model_dir, tmp_path):
+    """`agentrl export --base`: adapters whose recorded base has moved merge into the base named,
+    with peft's own merge; without it the recorded base is looked for and the export refused."""
+    import json
+
+    from agentrl.actor import LoRAConfig
+    from agentrl.models import add_lora
+
+    model = add_lora(load_model(str(tiny_model_dir)), LoRAConfig(r=4, alpha=8))
+    with torch.no_grad():  # non-zero adapters (B starts at zero)
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.1)
+    model.save_pretrained(tmp_path / "adapters")
+    settings = tmp_path / "adapters" / "adapter_config.json"
+    settings.write_text(json.dumps({**json.loads(settings.read_text()),
+                                    "base_model_name_or_path": str(tmp_path / "moved")}))
+    assert main(["export", str(tmp_path / "adapters"), "--out", str(tmp_path / "none")]) == 2
+    assert main(["export", str(tmp_path / "adapters"), "--out", str(tmp_path / "merged"),
+                 "--base", str(tiny_model_dir)]) == 0
+    merged, expected = load_model(str(tmp_path / "merged")).state_dict(), model.merge_and_unload().state_dict()
+    assert set(merged) == set(expected)
+    for name, tensor in expected.items():
+        torch.testing.assert_close(merged[name], tensor, atol=1e-6, rtol=1e-6)
+
+
 def test_merged_weights_for_vllm_equal_peft_merge(tiny_model_dir):
     """What the vLLM sampler receives from a LoRA actor: plain HF names, W + (alpha / r) B A per
     adapted layer, and the tied lm_head named explicitly."""

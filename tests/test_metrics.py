@@ -91,7 +91,7 @@ def ranks_helpers(rank, world, port, out_dir):
         logged = {"a": 1.0, "b": 2.0} if rank == 0 else {"a": 3.0, "c": 5.0}  # each rank lacks one key
         found = {"mean": distributed.mean_metrics(logged), "gather": distributed.gather([f"r{rank}a", f"r{rank}b"]),
                  "union": distributed.union(list(logged)), "max": distributed.all_max(-rank * 2.0 + 1.0),
-                 "sum": distributed.all_sum([rank + 1.0, 10.0]), "main": distributed.on_main(lambda: rank + 7)}
+                 "sum": distributed.all_sum([rank + 1.0, 10.0, 2.0**24 + rank]), "main": distributed.on_main(lambda: rank + 7)}
         try:  # rank 0's work fails: it raises its error, every other rank stops too
             distributed.on_main(lambda: 1 / 0)
         except Exception as err:
@@ -108,23 +108,26 @@ def test_rank_helpers_average_each_key_over_the_ranks_that_logged_it_and_gather_
         assert found["mean"] == {"a": 2.0, "b": 2.0, "c": 5.0}  # b and c: the one rank that logged them
         assert found["gather"] == (["r0a", "r0b", "r1a", "r1b"] if rank == 0 else [])
         assert found["union"] == ["a", "b", "c"]
-        assert found["max"] == 1.0 and found["sum"] == [3.0, 20.0] and found["main"] == 7
+        assert found["max"] == 1.0 and found["sum"] == [3.0, 20.0, 2.0**25 + 1] and found["main"] == 7
         failed = "ZeroDivisionError: division by zero"
         assert found["failed"] == (failed if rank == 0 else f"RunError: rank 0 stopped ({failed})")
 
 
 def test_a_resumed_tracker_replaces_what_was_logged_after_its_checkpoint(tmp_path):
     """Steps logged after the checkpoint a run resumes from are logged again: metrics.jsonl and
-    TensorBoard then hold each step once, with the resumed run's values."""
+    TensorBoard then hold each step once, with the resumed run's values, and the config panel
+    once, from the start."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    from agentrl.recipe import validate_config
     from agentrl.tracking import Tracker, read_metrics
 
-    first = Tracker(tmp_path)
+    config = validate_config({"env": {"type": "household"}})
+    first = Tracker(tmp_path, config=config)
     for step in range(1, 5):
         first.log(step, {"loss": float(step)})
     first.close()
-    resumed = Tracker(tmp_path, resume_step=2)
+    resumed = Tracker(tmp_path, resume_step=2, config=config)
     for step in (3, 4):
         resumed.log(step, {"loss": 10.0 * step})
     resumed.close()
@@ -133,6 +136,7 @@ def test_a_resumed_tracker_replaces_what_was_logged_after_its_checkpoint(tmp_pat
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("loss")] == expected
+    assert [e.step for e in events.Tensors("config/text_summary")] == [0]  # the config once, from the start
 
 
 def test_the_plot_panels_draw_the_metrics_they_name():

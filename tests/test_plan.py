@@ -139,3 +139,17 @@ def test_a_vllm_sampler_plans_its_copy_of_the_weights_and_its_cache_or_its_share
 
     assert sampler("kv_cache_gib: 6") == pytest.approx(bf16_weights + 6)
     assert sampler("gpu_memory_utilization: 0.3") == pytest.approx(0.3 * 80)
+
+
+def test_the_plan_commands_context_sizes_the_samplers_cache(capsys):
+    """`agentrl plan --context N`: the RL sampler's KV cache grows with the tokens of a sequence."""
+    from agentrl.cli import main
+
+    recipe = str(ROOT / "recipes" / "alfworld-qwen2.5-7b.yaml")
+    sampler = {}
+    for context in (2048, 8192):
+        assert main(["plan", recipe, "--gpus", "8", "--json", "--context", str(context)]) == 0
+        rl = json.loads(capsys.readouterr().out)["rl"]
+        assert rl["context"] == context
+        sampler[context] = rl["parts_gib"]["sampler"]
+    assert sampler[8192] > sampler[2048]

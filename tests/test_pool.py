@@ -371,3 +371,30 @@ def test_a_hung_worker_is_failed_at_its_own_deadline_not_at_a_later_ones(short):
         pool.submit("step", {slot: observations[slot].admissible_actions[0] for slot in slots})
         assert pool.receive() == {short: None} and time.monotonic() - start < 1.5
         assert pool.receive() == {slot: None for slot in slots[1:]}
+
+
+def test_the_latency_wrapper_waits_each_calls_median_and_plays_the_inner_game():
+    """`latency` with sigma 0: each reset and step waits its median, capped at `max_s`, and the
+    game is the wrapped one's."""
+    import time
+
+    from agentrl.envs.base import make_env
+    from agentrl.envs.latency import LatencyEnvConfig
+
+    inner = make_env(HouseholdEnvConfig())
+    env = make_env(LatencyEnvConfig(reset_median_s=0.2, reset_sigma=0.0, step_median_s=0.05, step_sigma=0.0))
+    capped = make_env(LatencyEnvConfig(step_median_s=5.0, step_sigma=0.0, max_s=0.1))
+    for game in (env, capped):
+        assert game.reset("train-3").text == inner.reset("train-3").text
+    start = time.perf_counter()
+    first = env.reset("train-3")
+    reset = time.perf_counter() - start
+    start = time.perf_counter()
+    steps = [env.step(first.admissible_actions[0]) for _ in range(4)]
+    stepped = time.perf_counter() - start
+    assert 0.2 <= reset < 0.6 and 0.2 <= stepped < 0.6, (reset, stepped)
+    assert [s.observation.text for s in steps] == [inner.step(first.admissible_actions[0]).observation.text
+                                                   for _ in range(4)]
+    start = time.perf_counter()
+    capped.step(None)
+    assert 0.1 <= time.perf_counter() - start < 0.5

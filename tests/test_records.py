@@ -49,3 +49,11 @@ def test_a_line_that_is_not_a_record_is_named(tmp_path):
     path.write_text(path.read_text() + '{"task_id": "x"}\n')
     with pytest.raises(ValueError, match=r"trajectories_l0.jsonl:2: not a trajectory record"):
         read_trajectories(path)
+
+
+def test_a_repeated_action_is_a_move_played_again_right_after_itself():
+    """`repeated_actions` (the rollout's and evaluation's repeated_rate): a valid move equal to the
+    step before's; two responses in a row without an action repeat nothing."""
+    actions = ["go to desk 1", "go to desk 1", None, None, "look", "go to desk 1", "look", "look", "look"]
+    steps = [StepSample([], [], [], response="", action=a, observation="", anchor="") for a in actions]
+    assert Trajectory("t", 0, "pick", steps).repeated_actions == 3
