@@ -53,6 +53,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def join_group(rank: int, world: int, port: int) -> None:
+    """This process as rank `rank` of a gloo group of `world` on 127.0.0.1:`port`."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+
+
 def policy(model_dir, lora):
     torch.manual_seed(0)
     model = load_model(model_dir)
@@ -73,9 +80,7 @@ def make_actor(backend, model, optim=OPTIM):
 
 @leaves_like_a_launched_rank
 def actor_rank(rank, world, port, model_dir, out_dir, lora, backend):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    join_group(rank, world, port)
     try:
         actor = make_actor(backend, policy(model_dir, lora))
         mine = batch_samples()[rank::world]  # each rank its share; weights use the global counts
@@ -123,9 +128,7 @@ def sampler_sees_the_update(actor, model_dir, lora):
 
 @leaves_like_a_launched_rank
 def skip_rank(rank, world, port, model_dir, backend):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    join_group(rank, world, port)
     try:
         actor = make_actor(backend, policy(model_dir, False), OptimConfig(lr=1e-4, warmup_steps=3))
         mine = batch_samples()[rank::world]
@@ -213,9 +216,7 @@ def test_two_ranks_match_one_process(tiny_model_dir, tmp_path, backend, lora, ti
 
 @leaves_like_a_launched_rank
 def checkpointing_rank(rank, world, port, model_dir, out_dir, backend):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    join_group(rank, world, port)
     try:
         from agentrl.actor import FSDP2ActorConfig, ZeRO3ActorConfig
         from agentrl.registry import ACTORS
@@ -276,9 +277,7 @@ class PeakResidentMemory:
 
 @leaves_like_a_launched_rank
 def startup_rank(rank, world, port, model_dir, out_dir, empty):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    join_group(rank, world, port)
     try:
         from agentrl.actor import FSDP2ActorConfig, shards_on_load
         meter = PeakResidentMemory()
