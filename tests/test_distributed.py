@@ -171,7 +171,8 @@ def untied_copy(model_dir, out) -> str:
         model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight + 0.02 * torch.randn_like(model.lm_head.weight))
     model.save_pretrained(out)
     load_tokenizer(model_dir).save_pretrained(out)
-    assert load_model(str(out)).lm_head.weight.data_ptr() != load_model(str(out)).model.embed_tokens.weight.data_ptr()
+    reloaded = load_model(str(out))
+    assert reloaded.lm_head.weight.data_ptr() != reloaded.model.embed_tokens.weight.data_ptr()
     return str(out)
 
 
@@ -215,7 +216,7 @@ def test_two_ranks_match_one_process(tiny_model_dir, tmp_path, backend, lora, ti
 
 
 @leaves_like_a_launched_rank
-def checkpointing_rank(rank, world, port, model_dir, out_dir, backend):
+def checkpointing_rank(rank, world, port, model_dir, backend):
     join_group(rank, world, port)
     try:
         from agentrl.actor import FSDP2ActorConfig, ZeRO3ActorConfig
@@ -238,13 +239,12 @@ def checkpointing_rank(rank, world, port, model_dir, out_dir, backend):
 
 
 @pytest.mark.parametrize("backend", ["fsdp2", "zero3"])
-def test_activation_checkpointing_runs_each_layer_again_on_every_rank_with_the_same_update(tiny_model_dir, tmp_path,
-                                                                                         backend):
+def test_activation_checkpointing_runs_each_layer_again_on_every_rank_with_the_same_update(tiny_model_dir, backend):
     """`actor.activation_checkpointing` on a sharded actor (as the registry builds it): each rank
     runs each decoder layer's forward once more in backward, and the update is the one without it."""
     if backend.startswith("zero"):
         pytest.importorskip("deepspeed")
-    mp.spawn(checkpointing_rank, args=(2, free_port(), str(tiny_model_dir), str(tmp_path), backend), nprocs=2)
+    mp.spawn(checkpointing_rank, args=(2, free_port(), str(tiny_model_dir), backend), nprocs=2)
 
 
 class PeakResidentMemory:

@@ -3,11 +3,12 @@
 The engine wraps the same `TokenHead` root as the FSDP2 actor (decoder + fused log-prob). Under
 ZeRO-3 the lm_head weight is used outside its own module's forward; DeepSpeed's parameter getter
 gathers it there and registers it as an external parameter of the root itself. Gradients are
-accumulated over a step's micro-batches (the accumulation boundary is set by hand: the count varies from step to step),
-averaged over ranks by DeepSpeed and therefore each rank's globally normalised loss is scaled by
-the world size, as in `actor/fsdp.py`; ranks pad to the same micro-batch count. The optimizer is
-torch's AdamW (the same update as the other backends), partitioned by ZeRO. On CPU the process
-group is gloo (DeepSpeed's default ccl backend does not run there).
+accumulated over a step's micro-batches (the accumulation boundary is set by hand: the count
+varies from step to step), averaged over ranks by DeepSpeed and therefore each rank's globally
+normalised loss is scaled by the world size, as in `actor/fsdp.py`; ranks pad to the same
+micro-batch count. The optimizer is torch's AdamW (the same update as the other backends),
+partitioned by ZeRO. On CPU the process group is gloo (DeepSpeed's default ccl backend does not
+run there).
 Checkpoints are DeepSpeed's own sharded format (`ds/`) plus a plain HF folder (`model/`).
 """
 
