@@ -130,6 +130,57 @@ def test_missing_or_corrupt_game_names_the_file(alfworld_data, tmp_path, monkeyp
         resolve_data(str(bad))
 
 
+
+def test_an_archive_is_unpacked_once_and_one_without_the_game_folder_is_refused(tmp_path, monkeypatch):
+    """The slim archive is unpacked into the cache on first use and found there after (what is
+    in the cache folder is not replaced); an archive that holds no json_2.1.1/ folder is refused,
+    naming it, and leaves nothing in the cache."""
+    import tarfile
+
+    from agentrl.config import ConfigError
+
+    monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path / "cache"))
+    for name, top in (("games.tar.xz", "json_2.1.1"), ("other.tar.xz", "json_2.0")):
+        folder = tmp_path / name.split(".")[0] / top / "valid_seen" / "pick_and_place_simple-X-None-Y-1" / "trial_1"
+        folder.mkdir(parents=True)
+        (folder / "traj_data.json").write_text("{}")
+        with tarfile.open(tmp_path / name, "w:xz") as archive:
+            archive.add(tmp_path / name.split(".")[0] / top, arcname=top)
+    root = resolve_data(str(tmp_path / "games.tar.xz"))
+    assert (root / "json_2.1.1" / "valid_seen").is_dir()
+    (root / "json_2.1.1" / "kept.txt").write_text("written after unpacking")
+    assert resolve_data(str(tmp_path / "games.tar.xz")) == root and (root / "json_2.1.1" / "kept.txt").is_file()
+    with pytest.raises(ConfigError, match=r"other.tar.xz: the archive holds no json_2.1.1/ folder"):
+        resolve_data(str(tmp_path / "other.tar.xz"))
+    assert sorted(p.name for p in (tmp_path / "cache" / "alfworld").iterdir()) == ["games"]
+
+
+def test_a_game_of_an_unknown_task_type_is_refused_by_name():
+    assert task_type("valid_seen/pick_clean_then_place_in_recep-Mug-None-Cabinet-1/trial_1") == \
+        "pick_clean_then_place_in_recep"
+    with pytest.raises(ValueError, match=r"valid_seen/pick_and_eat-Apple-None-None-1/trial_1: unknown ALFWorld "
+                                         r"task type 'pick_and_eat'"):
+        task_type("valid_seen/pick_and_eat-Apple-None-None-1/trial_1")
+
+
+def test_the_game_files_built_are_ones_alfworlds_own_loader_takes(env, alfworld_data, tmp_path):
+    """ALFWorld's own environment (`AlfredTWEnv`) collects only the games whose game file says
+    they are solvable: it takes every one this builds."""
+    import shutil
+    from pathlib import Path
+
+    from alfworld.agents.environment.alfred_tw_env import TASK_TYPES as NUMBERED
+    from alfworld.agents.environment.alfred_tw_env import AlfredTWEnv
+
+    games, copy = env.split_tasks("l0")[:3], tmp_path / "games"
+    for game in games:
+        shutil.copytree(game_file(Path(alfworld_data), game).parent, copy / game)
+    config = {"env": {"goal_desc_human_anns_prob": 0, "task_types": list(NUMBERED)},
+              "dataset": {"eval_id_data_path": str(copy), "num_eval_games": -1}}
+    taken = AlfredTWEnv(config, train_eval="eval_in_distribution").game_files
+    assert sorted(Path(path).parent.relative_to(copy).as_posix() for path in taken) == sorted(games)
+
+
 @pytest.fixture(scope="module")
 def observer(alfworld_data):
     env = AlfWorldEnv(data=alfworld_data, max_steps=30, expert="observer", memory=True, grouped_actions=True)

@@ -105,6 +105,9 @@ def test_run_pipeline_end_to_end_and_rerun_skips_done_phases(tmp_path, capsys):
     assert set(figures) == {f"{name}.png" for name in ("eval_success", "rollout", "kl_entropy", "sampler_gap",
                                                        "step_time", "sft_loss", "overview")}
     assert all(data.startswith(b"\x89PNG") and len(data) > 5000 for data in figures.values())
+    assert main(["plot", str(run / "rl"), "--out", str(tmp_path / "rl-plots")]) == 0  # the rl/ folder itself
+    assert figures["rollout.png"] == (tmp_path / "rl-plots" / "rollout.png").read_bytes()
+    assert not (tmp_path / "rl-plots" / "sft_loss.png").exists()
     assert main(["plot", str(tmp_path)]) == 2 and "no RL metrics" in capsys.readouterr().err
 
     # What decides each phase's reuse, by construction: every setting of its sections, less the few

@@ -48,6 +48,8 @@ def test_retries_are_refused_where_nothing_would_retry():
 def test_bad_template_and_bad_files(tmp_path):
     with pytest.raises(ConfigError, match=r"prompt\.template.*placeholders"):
         load_config(write(tmp_path, "prompt:\n  template: 'hi {nope}'\n"))
+    with pytest.raises(ConfigError, match=r"prompt\.turn_template.*placeholders.*'nope'"):
+        load_config(write(tmp_path, "prompt:\n  full_history: true\n  history_length: 0\n  turn_template: '{nope}'\n"))
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.yaml")
     with pytest.raises(ConfigError, match="YAML mapping"):

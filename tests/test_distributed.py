@@ -247,6 +247,49 @@ def test_activation_checkpointing_runs_each_layer_again_on_every_rank_with_the_s
     mp.spawn(checkpointing_rank, args=(2, free_port(), str(tiny_model_dir), backend), nprocs=2)
 
 
+@leaves_like_a_launched_rank
+def offload_rank(rank, world, port, model_dir, backend):
+    join_group(rank, world, port)
+    try:
+        from agentrl.actor import FSDP2ActorConfig, ZeRO2ActorConfig, ZeRO3ActorConfig, fsdp
+        from agentrl.registry import ACTORS
+
+        kind = {"fsdp2": FSDP2ActorConfig, "zero2": ZeRO2ActorConfig, "zero3": ZeRO3ActorConfig}[backend]
+        shard, states, offloaded = fsdp.fully_shard, {}, {}
+        for offload in (False, True):
+            policies = []
+
+            def spy(module, **options):  # the real fully_shard, its policy noted
+                policies.append(type(options.get("offload_policy")).__name__)
+                return shard(module, **options)
+            fsdp.fully_shard = spy
+            model = policy(model_dir, False)
+            actor = ACTORS.get(backend)(kind(cpu_offload=offload), model, OPTIM, [])
+            actor.optimizer_step([(micro_batches(batch_samples()[rank::world], 10**6), make_loss(actor))])
+            states[offload] = actor.full_state_dict()
+            offloaded[offload] = (set(policies) if backend == "fsdp2" else
+                                  {actor.engine.zero_offload_optimizer() is not None,
+                                   actor.engine.zero_offload_param() is not None or backend == "zero2"})
+        fsdp.fully_shard = shard
+        assert offloaded == ({False: {"NoneType"}, True: {"CPUOffloadPolicy"}} if backend == "fsdp2" else
+                             {False: {False, backend == "zero2"}, True: {True}}), offloaded
+        for name, value in states[False].items():
+            torch.testing.assert_close(states[True][name], value, atol=1e-6, rtol=0)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("backend", ["fsdp2", "zero2", "zero3"])
+def test_cpu_offload_reaches_the_sharded_actor_and_keeps_its_update(tiny_model_dir, backend):
+    """`actor.cpu_offload` on a sharded actor as the registry builds it: FSDP2 shards every unit
+    with CPU offloading (pinned memory only where CUDA is: on a CPU-only machine pinning fails),
+    DeepSpeed offloads the optimizer (and with ZeRO-3 the parameters); the update is the one
+    without it."""
+    if backend.startswith("zero"):
+        pytest.importorskip("deepspeed")
+    mp.spawn(offload_rank, args=(2, free_port(), str(tiny_model_dir), backend), nprocs=2)
+
+
 class PeakResidentMemory:
     """This process's peak resident memory (VmRSS: its tensors, and the pages of any file it maps)
     above its level at start, polled every 2 ms."""

@@ -446,6 +446,50 @@ def test_a_sampler_keeping_each_episodes_cache_samples_what_prefilling_every_pro
     assert kept.kept.bytes == 0 and not kept.kept.entries
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["distinct", "shared-start"])
+def test_prefill_and_kept_turns_run_in_forwards_within_the_budget(tiny_model_dir, shared):
+    """The shared decoder prefills prompts (as prefix trees), and computes kept episodes' next
+    turns, in forwards of at most `budget` padded tokens, a longer prompt alone: its memory grows
+    with them, and 200 long episodes at once killed issue 40's run. Each prompt's keys and values
+    are those of one forward of all; prompts of distinct text, and prompts sharing a long start
+    (packed into shared rows)."""
+    from agentrl.packing import Packing
+    from agentrl.sampler import shared_decode
+
+    tokenizer, model = load_tokenizer(tiny_model_dir), load_model(tiny_model_dir)
+    forwards = []  # (rows, padded width) of each forward
+    hook = model.get_decoder().register_forward_pre_hook(
+        lambda module, args, kwargs: forwards.append((len(kwargs["input_ids"]), kwargs["attention_mask"].shape[-1])),
+        with_kwargs=True)
+    generator = torch.Generator().manual_seed(0)
+
+    def tokens(n):
+        return torch.randint(3, len(tokenizer), (n,), generator=generator).tolist()
+    start = tokens(120) if shared else []
+    prefixes = [start + tokens(n) for n in (10, 30, 60, 90, 20, 45, 300, 5, 70)]
+    news = [tokens(n) for n in (3, 40, 12, 25, 7, 30, 18, 1, 50)]
+    budget, pack = 256, Packing.for_model(model.config)
+    with torch.no_grad():
+        whole = shared_decode.tree_prefill(model, prefixes, pack, tokenizer.pad_token_id, 10**9)
+        steps = {"prefill": (lambda bound: shared_decode.tree_prefill(model, prefixes, pack, tokenizer.pad_token_id,
+                                                                      bound), map(len, prefixes)),
+                 "extend": (lambda bound: shared_decode.extend(model, whole, news, bound),
+                            (len(p) + len(n) for p, n in zip(prefixes, news)))}
+        for step, (run, lengths) in steps.items():
+            out = {}
+            for bound in (10**9, budget):
+                forwards.clear()
+                out[bound] = run(bound)
+                assert len(forwards) == 1 if bound > budget else len(forwards) > 2
+            longest = max(lengths)
+            assert all(n * width <= budget or (n == 1 and width <= longest) for n, width in forwards), (step, forwards)
+            for state, theirs in zip(out[10**9], out[budget]):
+                for (keys, values), (their_keys, their_values) in zip(state, theirs):
+                    torch.testing.assert_close(their_keys, keys, atol=1e-5, rtol=0)
+                    torch.testing.assert_close(their_values, values, atol=1e-5, rtol=0)
+    hook.remove()
+
+
 @pytest.mark.parametrize("prompt,sampler,budget", [
     ({"full_history": True, "history_length": 0}, {}, 1024),
     ({"full_history": True, "history_length": 0}, {"keep_cache_mib": 8}, 8),

@@ -41,13 +41,13 @@ class DeepSpeedActor:
             model.gradient_checkpointing_enable()
         root = TokenHead(model)
         zero = {"stage": stage}
-        if cpu_offload:
+        if cpu_offload:  # the step is torch's AdamW on CPU (DeepSpeed asks for its own CPU Adam, a compiled op)
             zero["offload_optimizer"] = {"device": "cpu"}
             if stage == 3:
                 zero["offload_param"] = {"device": "cpu"}
         config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
                   "gradient_clipping": optim.grad_clip, "zero_optimization": zero,
-                  "zero_allow_untested_optimizer": True,
+                  "zero_allow_untested_optimizer": True, "zero_force_ds_cpu_optimizer": False,
                   # A non-finite gradient norm skips the step (ZeRO checks it for fp32; bf16 on this flag).
                   "bf16": {"enabled": bool(mixed_precision and torch.cuda.is_available()), "check_grad_overflow": True}}
         trainable = [p for p in root.parameters() if p.requires_grad]

@@ -103,7 +103,7 @@ class FSDPActor:
             model.float()
             options["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         if cpu_offload:
-            options["offload_policy"] = CPUOffloadPolicy()
+            options["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
         for layer in model.get_decoder().layers:
             fully_shard(layer, **options)
         self.net = fully_shard(TokenHead(model), **options)

@@ -23,14 +23,19 @@ from transformers import DynamicCache
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
 
-from agentrl.packing import (ROW_TOKENS, Packing, TrainSample, collate_rows, packed_chunks, tree_attention,
-                                 tree_columns)
+from agentrl.packing import (ROW_TOKENS, Packing, TrainSample, budget_chunks, collate_rows, packed_chunks,
+                             tree_attention, tree_columns)
 from agentrl.distributed import model_device
 
 FAMILIES = ("qwen2", "llama")
 QUERIES = 16
 """Most query heads of one prompt's samples in one product with its keys; a prompt with more
 samples is met in several."""
+PREFILL_TOKENS = 8192
+"""Most padded tokens one prefill forward computes. Its memory grows with them and its attention
+with the square of a row's length: on issue 40's 2-layer model, 16-26 KB a token (8,000 tokens at
+once 0.82 GiB, 16 prompts of 4,000 2.10 GiB), so 200 long episodes prefilled together would need
+tens of GB."""
 
 
 def supports(model) -> bool:
@@ -42,30 +47,46 @@ def supports(model) -> bool:
             and config._attn_implementation in ("sdpa", "eager"))
 
 
-def tree_prefill(model, prefixes: list[list[int]], pack: Packing, pad_id: int) -> list[list[tuple]]:
+def tree_prefill(model, prefixes: list[list[int]], pack: Packing, pad_id: int, budget: int = PREFILL_TOKENS
+                 ) -> list[list[tuple]]:
     """Each prefix's keys and values, (kv heads, its length, head dim) per layer, the prefixes
-    prefilled together as prefix trees (each leading part they share computed once)."""
+    prefilled as prefix trees (each leading part they share computed once), in forwards of at most
+    `budget` padded tokens (a longer prefix alone)."""
     device = model_device(model)
     samples = [TrainSample(p, [False] * len(p)) for p in prefixes]
-    width = max(map(len, prefixes))
-    chunks = packed_chunks(samples, max(ROW_TOKENS, 2 * width), 10**12, pack)
-    rows = chunks[0] if chunks is not None else [[s] for s in samples]
-    tree = collate_rows(rows, pad_id).to(device)
-    computed = DynamicCache(config=model.config)
-    model.get_decoder()(input_ids=tree.input_ids, attention_mask=tree_attention(model, tree.subtree_end),
-                        position_ids=tree.position_ids, past_key_values=computed, use_cache=True)
-    found = {id(s): (r, torch.tensor(columns, dtype=torch.long, device=device))
-             for r, row in enumerate(rows) for s, columns in zip(row, tree_columns(row))}
-    states = []
-    for sample in samples:
-        r, columns = found[id(sample)]
-        states.append([(layer.keys[r, :, columns], layer.values[r, :, columns]) for layer in computed.layers])
-    return states
+    max_row = min(budget, max(ROW_TOKENS, 2 * max(map(len, prefixes))))
+    chunks = packed_chunks(samples, max_row, budget, pack)
+    if chunks is None:
+        chunks = [[[s] for s in chunk] for chunk in budget_chunks(samples, budget)]
+    found = {}
+    for rows in chunks:
+        tree = collate_rows(rows, pad_id).to(device)
+        computed = DynamicCache(config=model.config)
+        model.get_decoder()(input_ids=tree.input_ids, attention_mask=tree_attention(model, tree.subtree_end),
+                            position_ids=tree.position_ids, past_key_values=computed, use_cache=True)
+        for r, row in enumerate(rows):
+            for sample, columns in zip(row, tree_columns(row)):
+                index = torch.tensor(columns, dtype=torch.long, device=device)
+                found[id(sample)] = [(layer.keys[r, :, index], layer.values[r, :, index]) for layer in computed.layers]
+    return [found[id(sample)] for sample in samples]
 
 
-def extend(model, pasts: list[list[tuple]], news: list[list[int]]) -> list[list[tuple]]:
+def extend(model, pasts: list[list[tuple]], news: list[list[int]], budget: int = PREFILL_TOKENS
+           ) -> list[list[tuple]]:
     """The keys and values of each past followed by its new tokens, per layer: the new tokens
-    computed in one batch, each reading its own past (a kept episode's next turn)."""
+    computed in batches of at most `budget` padded past and new tokens (a longer one alone), each
+    reading its own past (a kept episode's next turn)."""
+    out: list = [None] * len(pasts)
+    fresh = max(map(len, news))  # a batch's width is its longest past and its longest new tokens
+    sizes = [past[0][0].shape[1] + fresh for past in pasts]
+    for group in budget_chunks(range(len(pasts)), budget, sizes.__getitem__):
+        for b, state in zip(group, _extend(model, [pasts[b] for b in group], [news[b] for b in group])):
+            out[b] = state
+    return out
+
+
+def _extend(model, pasts: list[list[tuple]], news: list[list[int]]) -> list[list[tuple]]:
+    """`extend` in one batch."""
     device = model_device(model)
     lengths = [past[0][0].shape[1] for past in pasts]
     width, fresh = max(lengths), max(map(len, news))
