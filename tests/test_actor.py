@@ -40,6 +40,9 @@ def test_response_logprobs_match_full_log_softmax(tiny_model_dir):
     expected = full[3:6].gather(-1, torch.tensor([[9], [10], [11]])).squeeze(-1)
     torch.testing.assert_close(logp[:3], expected, atol=1e-5, rtol=0)
     torch.testing.assert_close(entropy[:3], -(full[3:6].exp() * full[3:6]).sum(-1), atol=1e-4, rtol=0)
+    model.lm_head = torch.nn.Linear(model.config.hidden_size, model.config.vocab_size)  # with a bias: refused
+    with pytest.raises(ValueError, match="the fused log-prob assumes an lm_head without bias"):
+        response_logprobs(model, batch)
 
 
 def _grads_after_step(model_dir, samples, budget, agg="token-mean"):

@@ -76,6 +76,38 @@ def test_memoised_engine_plays_exactly_as_textworld_does(env):
     assert len(fast) > 40 and fast == slow
 
 
+
+def test_the_engine_parses_and_translates_each_text_once(env):
+    """What the speedups cache is not computed again: a game played again translates nothing to
+    SAS and parses none of its texts; uninstalled and installed again, the caches are back."""
+    from textworld.envs.pddl import textgen
+
+    game = env.split_tasks("l0")[3]
+
+    def play():
+        env.reset(game)
+        for action in ("look", "inventory"):
+            env.step(action)
+    play()
+    calls, originals = [], dict(speedups._ORIGINALS)
+
+    def counted(name):
+        def call(*args, **kwargs):
+            calls.append(name)
+            return originals[name](*args, **kwargs)
+        return call
+    speedups._ORIGINALS.update(pddl2sas=counted("pddl2sas"), textgen=counted("textgen"))
+    try:
+        play()
+    finally:
+        speedups._ORIGINALS.update(originals)
+    assert calls == []
+    speedups.uninstall()
+    assert textgen._parse_and_convert is originals["textgen"]
+    speedups.install()
+    assert textgen._parse_and_convert is not originals["textgen"]
+
+
 def test_observation_prompt_fields_and_invalid_step(env):
     obs = env.reset(env.split_tasks("l0")[0])
     assert obs.task and not obs.text.startswith("-=") and "Your task is to" not in obs.text

@@ -152,6 +152,45 @@ def test_analyze_cli_on_recorded_trajectories(tiny_model_dir, tmp_path):
                  "--out", str(tmp_path / "x")]) == 2
 
 
+
+def test_analyze_repeats_samples_at_its_temperature_and_reads_replies_without_think(tiny_model_dir, tmp_path):
+    """`agentrl analyze repeats` with `--temperature 0 --no-think`: a policy fine-tuned to answer
+    the two-step task's first prompts with an `<action>` alone, either action as often, re-samples
+    the action it gives greedily every time (confidence 1); at the default temperature 1 it does
+    not; without `--no-think` none of its replies is read (no think tag)."""
+    from twostep import BAD, GOOD, first_prompt
+
+    from agentrl.config import SamplingConfig, SFTConfig
+    from agentrl.prompting import encode_prompt, parse_action
+    from agentrl.sampler.hf import HFSampler
+    from agentrl.sft import train_sft
+
+    prompts = [first_prompt(f"train-{i}") for i in range(4)]
+    data, model_dir = tmp_path / "data.jsonl", tmp_path / "model"
+    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": prompt}, {
+        "role": "assistant", "content": f"<action>{action}</action>"}]}) + "\n" for prompt in prompts for action in (GOOD, BAD)))
+    train_sft(load_model(tiny_model_dir), load_tokenizer(tiny_model_dir), data,
+              SFTConfig(epochs=30, batch_size=8, optim={"lr": 3e-3}), 0, model_dir)
+    tokenizer = load_tokenizer(model_dir)
+    greedy = HFSampler(load_model(model_dir), tokenizer).generate(
+        [encode_prompt(tokenizer, prompt) for prompt in prompts], SamplingConfig(temperature=0, max_new_tokens=24))
+    actions = [parse_action(tokenizer.decode(g.token_ids, skip_special_tokens=True), False) for g in greedy]
+    assert set(actions) <= {GOOD, BAD}
+    path = tmp_path / "trajectories_l0.jsonl"
+    path.write_text("".join(json.dumps({"task_id": f"train-{i}", "task_type": "two_step", "success": False, "steps": [
+        {"observation": "", "response": "", "action": action, "reward": 0.0, "prompt": prompt, "progress": None}]}) + "\n"
+        for i, (prompt, action) in enumerate(zip(prompts, actions))))
+
+    def confidence(*flags):
+        out = tmp_path / "-".join(flags)
+        assert main(["analyze", "repeats", "--model", str(model_dir), "--trajectories", str(path), "--out", str(out),
+                     "--resamples", "8", "--max-new-tokens", "24", *flags]) == 0
+        return json.loads((out / "repeats.json").read_text())["confidence_other"]
+    assert confidence("--temperature", "0", "--no-think") == 1.0
+    assert confidence("--no-think") < 0.9
+    assert confidence("--temperature", "0") == 0.0
+
+
 def expert_and_random_episodes() -> list[Trajectory]:
     """Four household episodes, the expert's and a random player's in turn: steps the environment
     labels good and bad, with the replies that took them."""

@@ -629,3 +629,23 @@ def test_a_command_called_from_python_gives_its_caller_sigterm_back(tmp_path):
         assert signal.getsignal(signal.SIGTERM) is mine
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+def test_serve_listens_on_the_host_and_port_it_is_given(tiny_model_dir):
+    """`agentrl serve --host --port 0`: the server listens on that address (127.0.0.2, another
+    loopback address), on the free port it prints, and answers there."""
+    import subprocess
+    import sys
+    import urllib.request
+
+    server = subprocess.Popen([sys.executable, "-u", "-m", "agentrl.cli", "serve", str(tiny_model_dir), "--host",
+                               "127.0.0.2", "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = next(line for line in server.stdout if line.startswith("serving "))
+        address = re.search(r"at (http://[\d.]+:\d+)/v1/chat/completions", line).group(1)
+        assert address.startswith("http://127.0.0.2:")
+        with urllib.request.urlopen(f"{address}/v1/models", timeout=30) as reply:
+            assert json.loads(reply.read())["data"][0]["id"] == Path(tiny_model_dir).name
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -398,6 +398,23 @@ def test_two_methods_two_seeds_end_to_end(good_model_dir, tmp_path, capsys):
     assert main(["compare", "--runs", f"good={out / 'good'}", "--runs", f"mute={out / 'mute'}", "--out", str(named)]) == 0
     assert json.loads((named / "summary.json").read_text())["pairs"] == summary["pairs"]
 
+    # With the coupling lab on fixed steps, --coupling-pairs of them: the runs reused, the lab's
+    # numbers for the starting model those of that many pairs.
+    from test_analysis import expert_and_random_episodes
+
+    from agentrl.analysis.coupling import coupling_metrics
+    from agentrl.models import load_model, load_tokenizer
+    from agentrl.rollout.records import write_trajectories
+
+    trajectories = expert_and_random_episodes()
+    write_trajectories(tmp_path / "steps.jsonl", trajectories)
+    assert main([*command, "--coupling", str(tmp_path / "steps.jsonl"), "--coupling-pairs", "4"]) == 0
+    start = json.loads((out / "summary.json").read_text())["coupling"]["start"]
+    assert start == pytest.approx(coupling_metrics(load_model(good_model_dir), load_tokenizer(good_model_dir),
+                                                   trajectories, 4, 1e-3, seed=0))
+    assert start != pytest.approx(coupling_metrics(load_model(good_model_dir), load_tokenizer(good_model_dir),
+                                                   trajectories, 16, 1e-3, seed=0))
+
 
 def test_a_method_of_no_rl_steps_evaluates_the_starting_model(good_model_dir, tmp_path):
     """`make testbed`'s `sft:rl.steps=0`: the cold start evaluated at each seed, nothing trained to export."""
