@@ -2428,7 +2428,7 @@ MUTANTS = [
     Mutant('sample_tasks: by type groups each task alone', 'src/agentrl/envs/base.py',
            'types.setdefault(env.task_type(task), []).append(task)',
            'types.setdefault(task, []).append(task)',
-           ['test_trainer.py::test_the_critic_runs_each_distinct_prompt_once_with_the_same_values_and_gradients']),
+           ['test_scienceworld.py::test_balanced_draws_train_every_task_type_equally_often']),
     Mutant("cli: analyze repeats' --temperature ignored", 'src/agentrl/cli.py',
            'sampling = SamplingConfig(temperature=args.temperature,',
            'sampling = SamplingConfig(temperature=1.0,',

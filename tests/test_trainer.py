@@ -376,6 +376,7 @@ def test_the_critic_runs_each_distinct_prompt_once_with_the_same_values_and_grad
     from agentrl.critic import Critic
 
     critic = Critic(str(tiny_model_dir), PPOConfig())
+    torch.manual_seed(0)  # (unseeded, the head's draw followed whatever the worker ran before)
     torch.nn.init.normal_(critic.head.weight, std=0.1)  # a value head that reads the hidden state
     prompts = [[5, 6, 7, 8], [9, 10, 11], [5, 6, 7, 8], [5, 6, 7, 8]]
     weights = torch.tensor([1.0, -2.0, 0.5, 3.0])
@@ -390,9 +391,11 @@ def test_the_critic_runs_each_distinct_prompt_once_with_the_same_values_and_grad
     critic.zero_grad()
     alone = torch.stack([critic([p])[0] for p in prompts])
     (alone * weights).sum().backward()
-    torch.testing.assert_close(together, alone, atol=1e-6, rtol=0)
+    # equal up to float32 summation order (measured over 40 head draws: at most 1.1e-6 apart on
+    # values of about 1, gradients 2.3e-6 of their largest element)
+    torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-5)
     for name, param in critic.named_parameters():
-        torch.testing.assert_close(grads[name], param.grad, atol=1e-5, rtol=1e-5, msg=name)
+        torch.testing.assert_close(grads[name], param.grad, atol=2e-5 * float(param.grad.abs().max()), rtol=0, msg=name)
     assert together[0] == together[2] == together[3] != together[1]
     with torch.no_grad():  # V(s): the head on the body's hidden state at the prompt's last token
         for ids, value in zip(prompts, together):
