@@ -167,6 +167,7 @@ def untied_copy(model_dir, out) -> str:
     model = load_model(model_dir)
     model.resize_token_embeddings(1024)
     model.config.tie_word_embeddings = False
+    torch.manual_seed(0)
     with torch.no_grad():
         model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight + 0.02 * torch.randn_like(model.lm_head.weight))
     model.save_pretrained(out)
