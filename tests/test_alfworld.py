@@ -121,6 +121,9 @@ def test_observation_prompt_fields_and_invalid_step(env):
     result = env.step(there)
     examine = next(a for a in result.observation.admissible_actions if a.startswith("examine "))
     assert env.step(examine).progress is False  # examining changes nothing either
+    env.reset(env.split_tasks("l0")[1])
+    for _ in range(3):  # the planner's moves, followed: labelled good
+        assert env.step(env.expert_action()[1]).progress is True
 
 
 def test_success_pays_ten_and_ends_the_episode(env):
@@ -185,6 +188,26 @@ def test_an_archive_is_unpacked_once_and_one_without_the_game_folder_is_refused(
     with pytest.raises(ConfigError, match=r"other.tar.xz: the archive holds no json_2.1.1/ folder"):
         resolve_data(str(tmp_path / "other.tar.xz"))
     assert sorted(p.name for p in (tmp_path / "cache" / "alfworld").iterdir()) == ["games"]
+
+
+def test_prepare_builds_the_game_file_of_every_train_l0_and_l1_game(env, alfworld_data, tmp_path):
+    """`agentrl prepare` on ALFWorld (`AlfWorldEnv.prepare`): every game of the train, L0 and L1
+    splits gets its game file (a set of two games per split, copied without them)."""
+    import shutil
+    from pathlib import Path
+
+    games = [game for split in ("train", "l0", "l1") for game in env.split_tasks(split)[:2]]
+    for game in games:
+        source = Path(alfworld_data) / "json_2.1.1" / game
+        (tmp_path / "json_2.1.1" / game).mkdir(parents=True)
+        for name in ("initial_state.pddl", "traj_data.json"):
+            shutil.copy(source / name, tmp_path / "json_2.1.1" / game / name)
+    small = AlfWorldEnv(data=str(tmp_path))
+    try:
+        small.prepare()
+    finally:
+        small.close()
+    assert all((tmp_path / "json_2.1.1" / game / "game.tw-pddl").is_file() for game in games)
 
 
 def test_a_game_of_an_unknown_task_type_is_refused_by_name():

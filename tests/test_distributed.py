@@ -291,6 +291,37 @@ def test_cpu_offload_reaches_the_sharded_actor_and_keeps_its_update(tiny_model_d
     mp.spawn(offload_rank, args=(2, free_port(), str(tiny_model_dir), backend), nprocs=2)
 
 
+@leaves_like_a_launched_rank
+def waiting_rank(rank, world, port):
+    import time
+    from datetime import timedelta
+
+    from agentrl.distributed import init_from_env
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    init_from_env(timeout=timedelta(seconds=3))
+    try:
+        if rank == 0:
+            time.sleep(12)  # rank 0 busy past the other's wait
+        start = time.monotonic()
+        try:
+            dist.barrier()
+            waited = None
+        except RuntimeError:
+            waited = time.monotonic() - start
+        if rank == 1:
+            assert waited is not None and waited < 10, waited  # gave up after its 3 s, not torch's 30 min
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_launch_waits_for_rank_0_as_long_as_it_is_told():
+    """`init_from_env(timeout)` (the pipeline's 24 hours while rank 0 runs the phases before RL):
+    a rank waiting at a collective gives up after that timeout, here 3 s, not torch's default."""
+    mp.spawn(waiting_rank, args=(2, free_port()), nprocs=2)
+
+
 class PeakResidentMemory:
     """This process's peak resident memory (VmRSS: its tensors, and the pages of any file it maps)
     above its level at start, polled every 2 ms."""
