@@ -185,7 +185,9 @@ def test_analyze_repeats_samples_at_its_temperature_and_reads_replies_without_th
         out = tmp_path / "-".join(flags)
         assert main(["analyze", "repeats", "--model", str(model_dir), "--trajectories", str(path), "--out", str(out),
                      "--resamples", "8", "--max-new-tokens", "24", *flags]) == 0
-        return json.loads((out / "repeats.json").read_text())["confidence_other"]
+        report = json.loads((out / "repeats.json").read_text())
+        assert report["samples_other"] == 8 * report["steps_other"] == 8 * len(prompts)  # --resamples 8 of each step
+        return report["confidence_other"]
     assert confidence("--temperature", "0", "--no-think") == 1.0
     assert confidence("--no-think") < 0.9
     assert confidence("--temperature", "0") == 0.0

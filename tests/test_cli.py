@@ -388,8 +388,9 @@ def test_data_from_a_recipe_without_sft_or_rl_sections(tmp_path, capsys):
     # Made once: the same settings reuse it (a setting it does not depend on changed, too); a
     # setting it depends on remakes it.
     made = out.stat().st_mtime_ns
-    assert main(["data", str(path), "--out", str(out), "--episodes", "3", "--set", "eval.episodes=7"]) == 0
-    assert "done earlier with the same settings, reused" in capsys.readouterr().err and out.stat().st_mtime_ns == made
+    for unrelated in ("eval.episodes=7", "prompt.invalid_penalty=0.5"):  # (the penalty: a reward, not a text)
+        assert main(["data", str(path), "--out", str(out), "--episodes", "3", "--set", unrelated]) == 0
+        assert "done earlier with the same settings, reused" in capsys.readouterr().err and out.stat().st_mtime_ns == made
     assert main(["data", str(path), "--out", str(out), "--episodes", "3", "--set", "env.max_steps=12"]) == 0
     assert "settings changed (env.max_steps: 10 -> 12), redoing" in capsys.readouterr().err
     assert out.stat().st_mtime_ns != made

@@ -56,6 +56,38 @@ def test_bad_template_and_bad_files(tmp_path):
         load_config(write(tmp_path, "- a\n- b\n"))
 
 
+def test_the_sft_optimisers_default_learning_rate_is_its_own():
+    """SFT's optimiser defaults to lr 1e-5, RL's to 1e-6 (an SFT at RL's rate barely moves a cold
+    start), SFT's also when a recipe sets another of its fields (it fell to RL's then)."""
+    config = validate_config({"sft": {}, "rl": {}})
+    assert (config.sft.optim.lr, config.rl.optim.lr) == (1e-5, 1e-6)
+    assert validate_config({"sft": {"optim": {"warmup_steps": 5}}}).sft.optim.lr == 1e-5  # also with another field set
+
+
+def test_a_config_built_in_python_from_section_objects():
+    """The Python API: sections made with a registry's `make` (or taken from another config) are
+    accepted where the recipe's mappings are, and resolve to the same settings."""
+    from agentrl.config import Config, RLConfig, SFTConfig
+    from agentrl.registry import ACTORS, ADVANTAGES
+
+    rl = RLConfig(advantage=ADVANTAGES.make("gigpo", step_weight=0.5), actor=ACTORS.make("single"))
+    config = Config(rl=rl, sft=SFTConfig(actor=rl.actor))
+    assert config == validate_config({"rl": {"advantage": {"type": "gigpo", "step_weight": 0.5}}, "sft": {"actor": {}}})
+    assert config.rl.advantage.step_weight == 0.5 and config.sft.actor.backend == "single"
+
+
+def test_an_older_recipes_nthr_and_coupling_hook_in_where_they_ran_before_they_moved():
+    """Before NTHR and the coupling lab became components the trainer hooked them in before the
+    recipe's `rl.components`: an older recipe's `rl.nthr` and `rl.coupling_*` are read as components
+    placed first, every setting carried over."""
+    rl = validate_config({"rl": {"coupling_every": 3, "coupling_pairs": 4, "coupling_lr": 0.01,
+                                 "components": [{"type": "nthr", "tau": 2.0}]}}).rl
+    assert [(c.type, c.every, c.pairs, c.lr) for c in rl.components[:1]] == [("coupling", 3, 4, 0.01)]
+    assert [(c.type, c.tau) for c in rl.components[1:]] == [("nthr", 2.0)]
+    rl = validate_config({"rl": {"nthr": {"tau": 3.0}, "components": [{"type": "coupling", "every": 5}]}}).rl
+    assert [c.type for c in rl.components] == ["nthr", "coupling"] and rl.components[0].tau == 3.0
+
+
 def test_setting_one_field_of_the_evaluation_sampling_keeps_its_other_defaults(tmp_path):
     config = load_config(ROOT / "recipes" / "demo.yaml", ["eval.sampling={retries: 2}"])
     assert (config.eval.sampling.temperature, config.eval.sampling.retries) == (0.4, 2)

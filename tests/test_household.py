@@ -202,3 +202,22 @@ def test_every_receptacle_can_be_gone_to_from_anywhere_in_the_rooms_order():
     for receptacle in [*receptacles, receptacles[0]]:
         obs = env.step(f"go to {receptacle}").observation
         assert [a.removeprefix("go to ") for a in obs.admissible_actions if a.startswith("go to ")] == receptacles
+
+
+def test_each_goal_states_what_wins_it():
+    """The goal the agent reads names the object kind, the count, the treatment and the target its
+    win checks (ALFWorld's phrasings): "put two X in Y" for pick-two, "put a hot X in Y" after heating."""
+    env = HouseholdEnv("medium")
+    phrasing = {"pick_and_place_simple": "put a {kind} in {target}.",
+                "look_at_obj_in_light": "look at {kind} under the desklamp.",
+                "pick_clean_then_place_in_recep": "put a clean {kind} in {target}.",
+                "pick_heat_then_place_in_recep": "put a hot {kind} in {target}.",
+                "pick_cool_then_place_in_recep": "put a cool {kind} in {target}.",
+                "pick_two_obj_and_place": "put two {kind} in {target}."}
+    seen = set()
+    for split in ["train", "l2"]:
+        for task_id in env.split_tasks(split)[:60]:
+            task = make_task("medium", 40, 20, task_id)
+            assert task.goal == phrasing[task.task_type].format(kind=task.object_kind, target=task.target_kind)
+            seen.add(task.task_type)
+    assert seen == set(phrasing)

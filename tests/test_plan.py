@@ -153,3 +153,24 @@ def test_the_plan_commands_context_sizes_the_samplers_cache(capsys):
         assert rl["context"] == context
         sampler[context] = rl["parts_gib"]["sampler"]
     assert sampler[8192] > sampler[2048]
+
+
+def test_ppos_critic_and_a_base_models_hub_id_are_planned():
+    """PPO's critic is a second model trained beside the actor (weights, gradients and two AdamW
+    moments in the model's dtype); a base model's hub id has its -Instruct sibling's shape."""
+    recipe = ROOT / "recipes" / "alfworld-qwen2.5-7b.yaml"
+    params = architecture(load_config(recipe)).params
+    single = ["rl.actor.backend=single"]  # (the critic runs in one process)
+    grpo = memory_plan(load_config(recipe, single), 1, 80)["rl"]["parts_gib"]
+    ppo = memory_plan(load_config(recipe, [*single, "rl.advantage={type: ppo}"]), 1, 80)["rl"]["parts_gib"]
+    assert "critic" not in grpo and ppo["critic"] == pytest.approx(4 * params * 2 / GIB)
+    base = load_config(recipe, ["model.path=Qwen/Qwen2.5-7B"])
+    assert architecture(base) == architecture(load_config(recipe))
+
+
+@pytest.mark.parametrize("flags", [["--gpus", "0"], ["--gpu-memory", "0"], ["--gpu-memory", "-8"]])
+def test_the_plan_command_refuses_no_gpu_and_no_memory(flags, capsys):
+    from agentrl.cli import main
+
+    assert main(["plan", str(ROOT / "recipes" / "alfworld-qwen2.5-7b.yaml"), *flags]) == 2
+    assert capsys.readouterr().err.strip() == "plan: --gpus must be at least 1 and --gpu-memory positive"

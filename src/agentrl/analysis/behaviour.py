@@ -26,7 +26,8 @@ def repetition_stats(trajectories: list[Trajectory]) -> dict[str, float]:
 def action_confidence(sampler, tokenizer, trajectories: list[Trajectory], sampling, resamples: int,
                       max_steps: int, require_think: bool = True) -> dict[str, float]:
     """Consistency over `resamples` re-samples (the share that gives the recorded action) at
-    repeated steps and at the other valid steps, up to `max_steps` of each kind."""
+    repeated steps and at the other valid steps, up to `max_steps` of each kind, with the steps and
+    the re-samples each share rests on."""
     kinds: dict[str, list[StepSample]] = {"repeated": [], "other": []}
     for t in trajectories:
         for prev, step in zip([None, *t.steps], t.steps):
@@ -44,4 +45,5 @@ def action_confidence(sampler, tokenizer, trajectories: list[Trajectory], sampli
         same = [parse_action(text, require_think) == steps[i // resamples].action for i, text in enumerate(texts)]
         out[f"confidence_{kind}"] = statistics.fmean(same)
         out[f"steps_{kind}"] = len(steps)
+        out[f"samples_{kind}"] = len(same)
     return out

@@ -143,6 +143,13 @@ class OptimConfig(Section):
     """Optimiser steps of linear learning-rate warmup."""
 
 
+class SFTOptimConfig(OptimConfig):
+    """The SFT phase's optimiser."""
+
+    lr: float = Field(1e-5, gt=0)
+    """Learning rate (constant after warmup; default 1e-5, also when another field is set)."""
+
+
 class DaggerConfig(Section):
     """DAgger after SFT (`agentrl.dagger`): rounds of the policy playing train episodes, the
     environment's expert labelling every state it reached, and SFT on the aggregate."""
@@ -187,7 +194,7 @@ class SFTConfig(Section):
     """Examples are packed as prefix trees, each leading part their prompts share computed once
     (see `rl.pack_prefixes`). Off by default: expert data rarely repeats a prompt, and a packed SFT
     (another float summation order) gives a slightly different cold start than the results so far."""
-    optim: OptimConfig = Field(default_factory=lambda: OptimConfig(lr=1e-5))
+    optim: SFTOptimConfig = SFTOptimConfig()
     """Optimiser of the SFT phase (default lr 1e-5)."""
     actor: Annotated[Section, ACTORS.field("single")] | None = None
     """The actor backend, by `backend` (single, fsdp2, zero2, zero3; LoRA with any), as in RL.
