@@ -2520,7 +2520,7 @@ MUTANTS = [
     Mutant("sft: the optimiser's default learning rate is RL's", 'src/agentrl/config/sections.py',
            '    lr: float = Field(1e-5, gt=0)',
            '    lr: float = Field(1e-6, gt=0)',
-           ['test_config.py::test_the_sft_optimisers_default_learning_rate_is_its_own']),
+           ['test_config.py::test_a_sections_own_defaults_hold_when_a_recipe_sets_another_of_its_fields']),
     Mutant('household: surface_variety ignored', 'src/agentrl/envs/household/world.py',
            'rng.sample(SURFACES[:surface_variety],',
            'rng.sample(SURFACES,',
@@ -2568,11 +2568,15 @@ MUTANTS = [
     Mutant("sft: a recipe's sft.optim section without lr trains at RL's rate", 'src/agentrl/config/sections.py',
            'optim: SFTOptimConfig = SFTOptimConfig()',
            'optim: OptimConfig = OptimConfig(lr=1e-5)',
-           ['test_config.py::test_the_sft_optimisers_default_learning_rate_is_its_own']),
+           ['test_config.py::test_a_sections_own_defaults_hold_when_a_recipe_sets_another_of_its_fields']),
     Mutant('analyze repeats: the re-samples counted per step, not in all', 'src/agentrl/analysis/behaviour.py',
            'out[f"samples_{kind}"] = len(same)',
            'out[f"samples_{kind}"] = resamples',
            ['test_analysis.py::test_analyze_repeats_samples_at_its_temperature_and_reads_replies_without_think']),
+    Mutant("gcd: judgments cut at 48 new tokens (the sampling section's own default dropped)", 'src/agentrl/gcd/loss.py',
+           '    max_new_tokens: int = Field(96, ge=1)\n    """Longest judgment',
+           '    """Longest judgment',
+           ['test_config.py::test_a_sections_own_defaults_hold_when_a_recipe_sets_another_of_its_fields']),
 ]
 
 

@@ -56,12 +56,17 @@ def test_bad_template_and_bad_files(tmp_path):
         load_config(write(tmp_path, "- a\n- b\n"))
 
 
-def test_the_sft_optimisers_default_learning_rate_is_its_own():
-    """SFT's optimiser defaults to lr 1e-5, RL's to 1e-6 (an SFT at RL's rate barely moves a cold
-    start), SFT's also when a recipe sets another of its fields (it fell to RL's then)."""
+def test_a_sections_own_defaults_hold_when_a_recipe_sets_another_of_its_fields():
+    """SFT's optimiser defaults to lr 1e-5 (RL's to 1e-6: an SFT at that rate barely moves a cold
+    start) and GCD's judgments to 96 new tokens (48 cut the testbed's critiques), also when a recipe
+    sets another field of the section (both fell to the base class's default then)."""
     config = validate_config({"sft": {}, "rl": {}})
     assert (config.sft.optim.lr, config.rl.optim.lr) == (1e-5, 1e-6)
-    assert validate_config({"sft": {"optim": {"warmup_steps": 5}}}).sft.optim.lr == 1e-5  # also with another field set
+    assert validate_config({"sft": {"optim": {"warmup_steps": 5}}}).sft.optim.lr == 1e-5
+    for sampling in ({}, {"temperature": 0.7}):
+        aux = validate_config({"rl": {"aux": [{"type": "gcd", "sampling": sampling}]}}).rl.aux[0]
+        assert aux.sampling.max_new_tokens == 96
+    assert validate_config({"rl": {"aux": [{"type": "gcd"}]}}).rl.aux[0].sampling.max_new_tokens == 96
 
 
 def test_a_config_built_in_python_from_section_objects():

@@ -82,6 +82,11 @@ class CorrectionConfig(Section):
 class JudgmentSamplingConfig(SamplingConfig):
     """How the actor samples its judgments."""
 
+    max_new_tokens: int = Field(96, ge=1)
+    """Longest judgment (default 96, also when another field is set). It must hold a whole judgment
+    (a critique and the verdict tag: up to 51 tokens with the testbed's 512-token vocabulary); a cut
+    one has no verdict and scores as wrong (48, the default until 2026-11-25, cut the testbed's
+    revisit critiques)."""
     retries: Literal[0] = 0
     """None: a judgment names no action to retry; one without a verdict scores as wrong."""
 
@@ -106,10 +111,8 @@ class GCDAuxConfig(Section):
     """(state, action) pairs judged per training step: half good, half bad."""
     group_size: int = Field(8, ge=2)
     """Judgments sampled per pair (the GRPO group)."""
-    sampling: JudgmentSamplingConfig = Field(default_factory=lambda: JudgmentSamplingConfig(max_new_tokens=96))
-    """Sampling of the judgments. max_new_tokens must hold a whole judgment (a critique and the verdict
-    tag: up to 51 tokens with the testbed's 512-token vocabulary); a cut one has no verdict and scores
-    as wrong (48, the default until 2026-11-25, cut the testbed's revisit critiques)."""
+    sampling: JudgmentSamplingConfig = JudgmentSamplingConfig()
+    """Sampling of the judgments."""
     clip: PPOClipConfig = Field(default_factory=PPOClipConfig)
     """PPO clipping of the judgment loss."""
     external: JudgeEndpointConfig | None = None
