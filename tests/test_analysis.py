@@ -104,8 +104,8 @@ def test_action_confidence_by_hand(tiny_model_dir):
     out = action_confidence(NamedActionPolicy(tokenizer), tokenizer, [Trajectory("t", 0, "x", steps)], None,
                             resamples=2, max_steps=5, require_think=False)
     # each re-sample is read against its own step's action: 4 of 6 for the others, 2 of 2 for the repeat
-    assert out == {"confidence_repeated": 1.0, "steps_repeated": 1,
-                   "confidence_other": pytest.approx(4 / 6), "steps_other": 3}
+    assert out == {"confidence_repeated": 1.0, "steps_repeated": 1, "samples_repeated": 2,
+                   "confidence_other": pytest.approx(4 / 6), "steps_other": 3, "samples_other": 6}
 
 
 def test_analyze_cli_on_recorded_trajectories(tiny_model_dir, tmp_path):

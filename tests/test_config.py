@@ -63,6 +63,8 @@ def test_a_sections_own_defaults_hold_when_a_recipe_sets_another_of_its_fields()
     config = validate_config({"sft": {}, "rl": {}})
     assert (config.sft.optim.lr, config.rl.optim.lr) == (1e-5, 1e-6)
     assert validate_config({"sft": {"optim": {"warmup_steps": 5}}}).sft.optim.lr == 1e-5
+    from agentrl.config import OptimConfig, SFTConfig
+    assert SFTConfig(optim=OptimConfig(lr=0.01)).optim.lr == 0.01  # one built in Python: as it is
     for sampling in ({}, {"temperature": 0.7}):
         aux = validate_config({"rl": {"aux": [{"type": "gcd", "sampling": sampling}]}}).rl.aux[0]
         assert aux.sampling.max_new_tokens == 96

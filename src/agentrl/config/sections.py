@@ -208,6 +208,12 @@ class SFTConfig(Section):
     from its last checkpoint when rerun with the same settings; the checkpoints are removed once
     the model is written."""
 
+    @field_validator("optim", mode="before")
+    @classmethod
+    def _any_optimiser(cls, optim):
+        """An `OptimConfig` built in Python is taken as it is (its own lr)."""
+        return optim.model_dump() if isinstance(optim, OptimConfig) else optim
+
 
 class EvalConfig(Section):
     splits: list[Literal["l0", "l1", "l2"]] = ["l0", "l1", "l2"]
