@@ -2577,6 +2577,14 @@ MUTANTS = [
            '    max_new_tokens: int = Field(96, ge=1)\n    """Longest judgment',
            '    """Longest judgment',
            ['test_config.py::test_a_sections_own_defaults_hold_when_a_recipe_sets_another_of_its_fields']),
+    Mutant("config: a parent section built in Python refused where a subclass is typed", 'src/agentrl/config/sections.py',
+           'if isinstance(data, Section) and type(data) is not cls and issubclass(cls, type(data)):',
+           'if False:',
+           ['test_config.py::test_a_parent_section_built_in_python_reads_as_the_fields_it_set']),
+    Mutant("config: a parent section built in Python brings the parent's defaults", 'src/agentrl/config/sections.py',
+           'return data.model_dump(exclude_unset=True)',
+           'return data.model_dump()',
+           ['test_config.py::test_a_parent_section_built_in_python_reads_as_the_fields_it_set']),
 ]
 
 

@@ -63,12 +63,32 @@ def test_a_sections_own_defaults_hold_when_a_recipe_sets_another_of_its_fields()
     config = validate_config({"sft": {}, "rl": {}})
     assert (config.sft.optim.lr, config.rl.optim.lr) == (1e-5, 1e-6)
     assert validate_config({"sft": {"optim": {"warmup_steps": 5}}}).sft.optim.lr == 1e-5
-    from agentrl.config import OptimConfig, SFTConfig
-    assert SFTConfig(optim=OptimConfig(lr=0.01)).optim.lr == 0.01  # one built in Python: as it is
     for sampling in ({}, {"temperature": 0.7}):
         aux = validate_config({"rl": {"aux": [{"type": "gcd", "sampling": sampling}]}}).rl.aux[0]
         assert aux.sampling.max_new_tokens == 96
     assert validate_config({"rl": {"aux": [{"type": "gcd"}]}}).rl.aux[0].sampling.max_new_tokens == 96
+
+
+def test_a_parent_section_built_in_python_reads_as_the_fields_it_set():
+    """A field typed with a subclass (SFT's optimiser, evaluation's play sampling, GCD's judgment
+    sampling) takes an instance of the parent section built in Python, read as a recipe's mapping
+    of the fields it set: what it set holds, the subclass's own defaults fill the rest, and what
+    the subclass refuses is refused."""
+    from pydantic import ValidationError
+
+    from agentrl.config import EvalConfig, OptimConfig, SamplingConfig, SFTConfig
+    from agentrl.gcd.loss import GCDAuxConfig
+
+    assert SFTConfig(optim=OptimConfig(lr=0.01)).optim.lr == 0.01
+    assert SFTConfig(optim=OptimConfig(warmup_steps=5)).optim == SFTConfig(optim={"warmup_steps": 5}).optim
+    assert SFTConfig(optim=OptimConfig(warmup_steps=5)).optim.lr == 1e-5
+    play = EvalConfig(sampling=SamplingConfig(top_p=0.9)).sampling
+    assert (play.temperature, play.top_p) == (0.4, 0.9)
+    assert EvalConfig(sampling=SamplingConfig(temperature=0.0)).sampling.temperature == 0.0
+    judging = GCDAuxConfig(sampling=SamplingConfig(temperature=0.7)).sampling
+    assert (judging.temperature, judging.max_new_tokens) == (0.7, 96)
+    with pytest.raises(ValidationError, match="retries"):
+        GCDAuxConfig(sampling=SamplingConfig(retries=2))
 
 
 def test_a_config_built_in_python_from_section_objects():

@@ -14,6 +14,16 @@ from agentrl.registry import ACTORS
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _parent_read_as_set(cls, data):
+        """A section of the parent class built in Python (an `OptimConfig` for SFT's optimiser, a
+        `SamplingConfig` for evaluation's or GCD's judgments) is read as the fields it set, as a
+        recipe's mapping is: this section's own defaults fill the rest."""
+        if isinstance(data, Section) and type(data) is not cls and issubclass(cls, type(data)):
+            return data.model_dump(exclude_unset=True)
+        return data
+
 
 class ModelConfig(Section):
     path: str | None = None
@@ -207,12 +217,6 @@ class SFTConfig(Section):
     """Checkpoint every N optimiser steps (0: at the end of each epoch). A stopped SFT resumes
     from its last checkpoint when rerun with the same settings; the checkpoints are removed once
     the model is written."""
-
-    @field_validator("optim", mode="before")
-    @classmethod
-    def _any_optimiser(cls, optim):
-        """An `OptimConfig` built in Python is taken as it is (its own lr)."""
-        return optim.model_dump() if isinstance(optim, OptimConfig) else optim
 
 
 class EvalConfig(Section):
