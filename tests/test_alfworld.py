@@ -407,3 +407,46 @@ def test_the_sampler_process_plays_rl_train_task_types(alfworld_data, tiny_model
     finally:
         process.close()
     assert len(trajectories) == 4 and {t.task_type for t in trajectories} == {"look_at_obj_in_light"}
+
+
+def test_the_notebook_reads_each_answer_of_the_engine():
+    """The notebook from the engine's own phrasings, move by move: receptacles in number order, a
+    move that did nothing changes nothing, a receptacle seen again lists only what is there now,
+    and what the admissible actions offer to take is in sight (a shared spot's objects)."""
+    from agentrl.envs.alfworld.observer import Notebook
+
+    book = Notebook.start("put a mug in desk.", "You are in the middle of a room. Looking quickly around you, you see "
+                          "a cabinet 10, a cabinet 2, a desk 1, a cabinet 1, and a stoveburner 1.")
+    assert book.receptacles == ["cabinet 1", "cabinet 2", "cabinet 10", "desk 1", "stoveburner 1"]
+    everywhere = [f"go to {r}" for r in book.receptacles]
+    book.record("go to desk 1", "Nothing happens.", everywhere)
+    assert book.location is None and not book.visited
+    book.record("go to desk 1", "You arrive at desk 1. On the desk 1, you see a mug 1, and a pen 2.",
+                everywhere + ["take mug 1 from desk 1", "take pen 2 from desk 1"])
+    assert book.where == {"mug 1": "desk 1", "pen 2": "desk 1"}
+    book.record("go to cabinet 1", "You arrive at cabinet 1. On the cabinet 1, you see nothing.", everywhere)
+    book.record("go to desk 1", "You arrive at desk 1. On the desk 1, you see a pen 2.",
+                everywhere + ["take pen 2 from desk 1"])
+    assert book.where == {"pen 2": "desk 1"}  # the mug is gone from there
+    book.record("go to stoveburner 1", "You arrive at stoveburner 1. On the stoveburner 1, you see nothing.",
+                everywhere + ["take pot 1 from stoveburner 2"])
+    assert book.where["pot 1"] == "stoveburner 2"
+
+
+def test_the_observers_moves_from_a_notebook():
+    """A pick-two's second object is not the one already put in the goal's receptacle (taking it
+    back undoes the first half), and a receptacle that shares the agent's spot is opened from
+    there (the engine offers no `go to` for it)."""
+    from agentrl.envs.alfworld.observer import Goal, Notebook, observer_action
+
+    two = Goal("pick_two_obj_and_place", "mug", "desk", "")
+    book = Notebook("put two mug in desk.", ["desk 1", "shelf 1"], location="desk 1", visited={"desk 1", "shelf 1"},
+                    where={"mug 3": "desk 1", "mug 2": "shelf 1", "mug 1": "desk 1"}, placed=[("mug 1", "desk 1")])
+    admissible = ["go to shelf 1", "take mug 1 from desk 1", "take mug 3 from desk 1"]
+    assert observer_action(book, two, admissible, {}) == "go to shelf 1"
+
+    simple = Goal("pick_and_place_simple", "mug", "desk", "")
+    book = Notebook("put a mug in desk.", ["cabinet 1", "countertop 1", "desk 1"], location="countertop 1",
+                    visited={"countertop 1", "desk 1"})
+    assert observer_action(book, simple, ["go to desk 1", "open cabinet 1"], {}) == "open cabinet 1"
+    assert observer_action(book, simple, ["go to cabinet 1", "go to desk 1"], {}) == "go to cabinet 1"

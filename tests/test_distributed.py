@@ -160,6 +160,33 @@ def test_a_non_finite_update_is_skipped_and_counted_by_every_sharded_backend(tin
     mp.spawn(skip_rank, args=(2, free_port(), str(tiny_model_dir), backend), nprocs=2)
 
 
+@leaves_like_a_launched_rank
+def clip_and_score_rank(rank, world, port, model_dir):
+    join_group(rank, world, port)
+    try:
+        from agentrl.actor.fsdp import FSDPActor
+        # A clip far below the gradient's norm: Adam's step lr * g / (|g| + eps) shrinks to nothing
+        # (no weight decay), where a clip at 1 would move every element by about lr.
+        actor = FSDPActor(policy(model_dir, False), OptimConfig(lr=1e-4, weight_decay=0.0, grad_clip=1e-12))
+        mine = batch_samples()[rank::world]
+        before = actor.full_state_dict()
+        metrics = actor.optimizer_step([(micro_batches(mine, 10**6), make_loss(actor))]).report(1, 1)
+        after = actor.full_state_dict()
+        assert metrics["grad_norm"] > 1e-6 and metrics["skipped_updates"] == 0
+        assert max(float((after[k] - before[k]).abs().max()) for k in before) < 1e-6
+        # Ranks score different numbers of batches (the shorter one runs padding repeats): each
+        # gets its own batches' log-probs only.
+        batches = micro_batches(mine, 1)[:1 + 2 * rank]
+        scores = actor.score_logprobs(batches)
+        assert len(scores) == len(batches) == 1 + 2 * rank
+    finally:
+        dist.destroy_process_group()
+
+
+def test_fsdp2_clips_at_the_recipes_norm_and_scores_each_ranks_own_batches(tiny_model_dir):
+    mp.spawn(clip_and_score_rank, args=(2, free_port(), str(tiny_model_dir)), nprocs=2)
+
+
 def untied_copy(model_dir, out) -> str:
     """The model with an output layer of its own (the embeddings' values plus noise), its
     vocabulary padded to 1,024 rows so that each matrix is past the 1e5 elements below which

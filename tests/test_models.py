@@ -1,3 +1,4 @@
+import pytest
 from transformers import AutoConfig, AutoTokenizer
 
 from agentrl.models import load_tokenizer
@@ -81,6 +82,8 @@ def test_a_full_history_tokenizer_corpus_holds_every_turn_once():
     turns = [text for text in full[0::2] if text.startswith("Observation: ")]
     assert len(turns) == len(full) // 2 - 4  # every step after each episode's first
     assert len(set(full[0::2])) == len(full) // 2
+    # Its episodes cycle over every split: L2's held-out task types (cool, pick-two) are in it too.
+    assert any("put two " in text or "put a cool " in text for text in window)
 
 
 def test_bf16_is_slow_only_on_a_cpu_without_its_instructions():
@@ -110,3 +113,47 @@ def test_a_checkpoint_saved_in_several_files_is_read_from_all_of_them(tiny_model
     expected = dict(model.named_parameters())
     for name, param in empty.named_parameters():
         assert torch.equal(param, expected[name]), name
+
+
+def test_the_tokenizer_learns_bytes_it_never_saw_and_words_as_normalised():
+    """Any text round-trips (the byte alphabet is in the vocabulary from the start, not only the
+    corpus's bytes), and a word the corpus wrote in decomposed Unicode is learnt as the composed
+    form the tokenizer encodes (NFC at training as at encoding)."""
+    from agentrl.models import train_tokenizer
+
+    tokenizer = train_tokenizer(["go to desk 1, take mug 2 from desk 1, cafe\u0301 cafe\u0301"] * 30, 300)
+    text = "Zürich → 🙂 QXJ"
+    assert tokenizer.decode(tokenizer(text, add_special_tokens=False).input_ids) == text
+    assert len(tokenizer(" café", add_special_tokens=False).input_ids) == 1
+
+
+def test_a_tokenizer_without_a_pad_token_pads_with_its_end_token(tiny_model_dir, tmp_path):
+    import shutil
+
+    shutil.copy(f"{tiny_model_dir}/config.json", tmp_path / "config.json")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer.pad_token = None
+    tokenizer.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path).pad_token is None
+    loaded = load_tokenizer(str(tmp_path))
+    assert loaded.pad_token == loaded.eos_token == "<|im_end|>"
+
+
+@pytest.mark.parametrize("offline,reachable", [(None, True), ("0", True), ("false", True), ("1", False),
+                                               ("true", False), ("True", False), ("yes", False)])
+def test_hf_hub_offline_is_honoured_in_every_spelling(monkeypatch, offline, reachable):
+    """The hub's own switch, as huggingface_hub reads it: anything but unset, 0 or false is
+    offline, even with a hub answering (here a real listening socket on 127.0.0.1)."""
+    import socket
+
+    from agentrl.models import hub_reachable
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+        if offline is None:
+            monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        else:
+            monkeypatch.setenv("HF_HUB_OFFLINE", offline)
+        assert hub_reachable() is reachable

@@ -1,6 +1,7 @@
 """NTHR: the coupling score is the lm_head gradient inner product, and only negative tokens
 coupled to positive ones are down-weighted."""
 
+import pytest
 import torch
 
 from agentrl.advantages.nthr import coupling, nthr_token_weights
@@ -77,6 +78,8 @@ def test_the_step_batch_writes_each_advantage_once_times_its_token_scales():
     batch.attach_advantages()
     assert [s.advantage for s in steps] == [1.0, 2.0, -3.0]
     assert [s.advantages for s in samples] == [[1.0, 1.0], [2.0, 2.0], [-0.75, 0.0]]
+    with pytest.raises(ValueError):  # an estimator's values for fewer steps than the batch holds
+        batch.set_advantages(Advantages(values=[[1.0], [-3.0]]))
 
 
 def test_the_nthr_step_couples_at_the_sampling_temperature(tiny_model_dir, tmp_path):
