@@ -2657,6 +2657,19 @@ MUTANTS = [
            '        if finite:\n            self.optimizer.step()',
            '        if True:\n            self.optimizer.step()',
            ['test_distributed.py::test_a_non_finite_update_is_skipped_and_counted_by_every_sharded_backend[fsdp2]']),
+    Mutant("plan: the shared decoder's prefill planned as if it took every episode at once", 'src/agentrl/plan.py',
+           'rows = max(1, min(episodes, bound // context)) if bound else episodes',
+           'rows = episodes',
+           ['test_plan.py::test_the_samplers_prefill_is_planned_bounded_by_the_shared_decoders_forward']),
+    Mutant("plan: generate's prefill planned as bounded as the shared decoder's", 'src/agentrl/plan.py',
+           'bound = PREFILL_TOKENS if rl.sampler.share_prefixes else None',
+           'bound = PREFILL_TOKENS',
+           ['test_plan.py::test_the_samplers_prefill_is_planned_bounded_by_the_shared_decoders_forward']),
+    Mutant("plan: the prefill's attention peak (the mask as a bias) not planned", 'src/agentrl/plan.py',
+           'return tokens * arch.layers * 2 * arch.kv_dim * b + pairs + max(attention, mlp)',
+           'return tokens * arch.layers * 2 * arch.kv_dim * b + pairs + mlp',
+           ['test_plan.py::test_the_samplers_prefill_is_planned_bounded_by_the_shared_decoders_forward',
+            'test_plan.py::test_the_prefill_estimate_is_within_10_percent_of_its_measured_peak']),
 ]
 
 

@@ -86,6 +86,41 @@ def test_full_history_plans_each_live_episodes_kept_cache():
     assert full["rl"]["parts_gib"]["sampler"] == pytest.approx(sampler)
 
 
+def test_the_samplers_prefill_is_planned_bounded_by_the_shared_decoders_forward():
+    """The HF sampler's largest prefill forward: with the shared decoder at most `PREFILL_TOKENS`
+    padded tokens whatever the number of episodes; with `generate` (share_prefixes false) every
+    rank's episode at once. Qwen2.5-7B in bf16, 16 episodes a rank of 2,048 tokens: 4 rows in the
+    shared decoder's forward, its keys and values 8,192 x 28 x 2 x 512 x 2 bytes (0.44 GiB), the
+    tree mask 4 x 2,048^2 bytes, and the MLP's peak 8,192 x (2 x 3,584 + 3 x 18,944) x 2 bytes."""
+    from agentrl.plan import prefill_bytes
+
+    recipe = ROOT / "recipes" / "alfworld-qwen2.5-7b.yaml"
+    arch = architecture(load_config(recipe))
+    tokens = 4 * 2048
+    expected = tokens * 28 * 2 * 512 * 2 + 4 * 2048 ** 2 + tokens * (2 * 3584 + 3 * 18944) * 2
+    shared = memory_plan(load_config(recipe), 8, 80)["rl"]["parts_gib"]["sampler prefill"]
+    assert shared == pytest.approx(expected / GIB)
+    assert prefill_bytes(arch, 64, 2048, 2, 8192) == prefill_bytes(arch, 4, 2048, 2, 8192)  # bounded
+    plain = memory_plan(load_config(recipe, ["rl.sampler.share_prefixes=false"]), 8, 80)["rl"]["parts_gib"]
+    assert plain["sampler prefill"] == pytest.approx(prefill_bytes(arch, 16, 2048, 2, None) / GIB) and \
+        plain["sampler prefill"] > 3 * shared  # 16 episodes at once
+    # attention's peak (the mask as a bias, q and the repeated keys and values) where rows are long
+    assert prefill_bytes(arch, 1, 8192, 2, 8192) > 8192 * (28 * 2 * 512 * 2 + 8192) + 8192 ** 2 * 2
+
+
+@pytest.mark.parametrize("prompts,length,intermediate", [(16, 512, 1536), (2, 4096, 512)],
+                         ids=["mlp-peak", "attention-peak"])
+def test_the_prefill_estimate_is_within_10_percent_of_its_measured_peak(tmp_path, prompts, length, intermediate):
+    """The shared decoder's prefill of 8,192 tokens on CPU (fp32, a 6-layer model of hidden 512):
+    short rows peak in the MLP, long rows in attention. Measured 0.98-1.02 of the estimate."""
+    command = [sys.executable, str(ROOT / "benchmarks" / "prefill_memory.py"), "--prompts", str(prompts), "--length",
+               str(length), "--intermediate", str(intermediate), "--json", str(tmp_path / "row.json")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = json.loads((tmp_path / "row.json").read_text())
+    assert 0.9 <= row["ratio"] <= 1.1, row
+
+
 def test_the_parameter_count_is_the_models_own(tiny_model_dir):
     """The tiny Qwen2 (tied embeddings, q/k/v biases) counted from its config.json: what torch
     counts in the model itself."""

@@ -13,7 +13,9 @@ The arithmetic follows what agentrl's backends hold (P parameters, T of them tra
 - RL adds the reference model (kl_coef > 0, without LoRA), the PPO critic, and the sampler: the
   HF sampler shares the single actor's weights but holds a full copy beside a sharded one, plus
   its KV cache for the rank's episodes (and the kept cache across turns, `keep_cache_mib`, up to
-  every live episode's sequence at `--context` tokens); vLLM takes `gpu_memory_utilization` of the GPU (or its
+  every live episode's sequence at `--context` tokens) and its largest prefill forward's working
+  memory (the shared decoder's forwards hold at most `PREFILL_TOKENS` padded tokens; `generate`,
+  with `share_prefixes` false, prefills every episode's prompt at once); vLLM takes `gpu_memory_utilization` of the GPU (or its
   weights plus `kv_cache_gib`).
 - Activations of one micro-batch (`micro_batch_tokens`): ACT_H x hidden + ACT_I x intermediate
   values per token and layer (Qwen2 / Llama layers in eager PyTorch with SDPA, counted from what
@@ -33,6 +35,7 @@ from pathlib import Path
 from agentrl.config import Config, ConfigError
 from agentrl.kernels.linear_logprob import BACKWARD_CHUNK_BYTES, CHUNK_ROWS
 from agentrl.sampler import keep_cache_mib
+from agentrl.sampler.shared_decode import PREFILL_TOKENS
 
 GIB = 2 ** 30
 ACT_H, ACT_I = 14, 4
@@ -45,6 +48,12 @@ about 2.5 layers' full activations (measured)."""
 TORCH_HEAD_COPIES = 5
 """Chunk-sized fp32 (rows x vocabulary) tensors the PyTorch log-prob path holds at its peak
 (logits, log-softmax, probabilities, their products and gradient; measured)."""
+PREFILL_ATTENTION_H, PREFILL_MLP_H, PREFILL_MLP_I = 5, 2, 3
+"""Values per token that one decoder layer's forward without autograd holds at its peak: in
+attention (hidden states, q, and k / v repeated to every query head) beside the tree mask as an
+additive bias, or in the MLP (gate, up, their product); fitted to the shared decoder's prefill on
+CPU (`benchmarks/prefill_memory.py`: within 3% for rows of 512 and 4,096 tokens and MLP widths
+of 1 to 9 x hidden)."""
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 KNOWN_MODELS = {
@@ -203,10 +212,25 @@ def phase_plan(config: Config, phase: str, gpus: int, cuda: bool = True, context
         else:
             copy = arch.params * b if actor.backend != "single" else 0
             parts["sampler"] = copy + episodes * episode_bytes(arch, context, b)
+            bound = PREFILL_TOKENS if rl.sampler.share_prefixes else None
+            parts["sampler prefill"] = prefill_bytes(arch, episodes, context, b, bound)
             kept = keep_cache_mib(config) * 2**20
             if kept:  # each live episode's sequence, kept between turns up to the budget
                 parts["kept cache"] = min(kept, episodes * episode_bytes(arch, context, b))
     return parts
+
+
+def prefill_bytes(arch: Architecture, episodes: int, context: int, b: int, bound: int | None) -> int:
+    """The working memory of the sampler's largest prefill forward: `episodes` prompts of
+    `context` tokens with nothing in common, in rows of that length, as many as `bound` padded
+    tokens hold (the shared decoder's `PREFILL_TOKENS`; None: `generate`, all at once). The
+    forward's keys and values of every layer (each prompt's copy of its own is the sampler's
+    cache), the rows' tree mask, and the larger of a layer's attention and MLP peaks."""
+    rows = max(1, min(episodes, bound // context)) if bound else episodes
+    tokens, pairs = rows * context, rows * context ** 2
+    attention = (pairs + tokens * PREFILL_ATTENTION_H * arch.hidden) * b
+    mlp = tokens * (PREFILL_MLP_H * arch.hidden + PREFILL_MLP_I * arch.intermediate) * b
+    return tokens * arch.layers * 2 * arch.kv_dim * b + pairs + max(attention, mlp)
 
 
 def episode_bytes(arch: Architecture, context: int, b: int) -> int:
