@@ -138,3 +138,50 @@ def test_the_aborted_share_is_taken_over_every_episode_played(tiny_model_dir):
                 continue
             results = evaluate(pool, sampler, tokenizer, eval_cfg, PromptConfig(template=COMPACT), 0)
             assert (results["l0"]["episodes"], results["l0"]["aborted"]) == (2, 1)
+
+
+def test_a_stopped_evaluation_resumes_at_the_split_it_stopped_in(tiny_model_dir, tmp_path, monkeypatch):
+    """An evaluation phase records each split it finishes: stopped in L1, it plays only L1 when run
+    again with the same settings, to the results of one uninterrupted run (each split is seeded on
+    its own); with other settings, or without L0's trajectories, it plays L0 again. Once complete,
+    only results.json records it."""
+    import agentrl.evaluate as evaluation
+    from agentrl.pipeline import _eval_phase
+    from agentrl.provenance import Phases
+    from agentrl.recipe import validate_config
+
+    played, stop = [], {"in": None}
+
+    def stage(name):
+        played.append(name)
+        if name == stop["in"]:
+            raise KeyboardInterrupt
+
+    def phase(run_dir, seed=0):
+        config = validate_config({"run_dir": str(run_dir), "seed": seed, "model": {"path": str(tiny_model_dir)},
+                                  "env": {"type": "household", "max_steps": 3}, "prompt": {"template": COMPACT},
+                                  "eval": {"splits": ["l0", "l1"], "episodes": 3,
+                                           "sampling": {"max_new_tokens": 6, "temperature": 1.0}}})
+        played.clear()
+        return _eval_phase(config, Phases(run_dir, say=lambda line: None), "sft", str(tiny_model_dir), {}, {})
+
+    monkeypatch.setattr(evaluation, "set_stage", stage)
+    whole = phase(tmp_path / "whole")
+    for name, seed, gone, replayed in [("same", 0, False, ["evaluation l1"]),
+                                       ("other", 1, False, ["evaluation l0", "evaluation l1"]),
+                                       ("gone", 0, True, ["evaluation l0", "evaluation l1"])]:
+        out_dir = tmp_path / name / "eval" / "sft"
+        stop["in"] = "evaluation l1"
+        with pytest.raises(KeyboardInterrupt):
+            phase(tmp_path / name)
+        assert (out_dir / "l0.done.json").is_file() and not (out_dir / "results.json").exists()
+        if gone:
+            (out_dir / "trajectories_l0.jsonl").unlink()
+        stop["in"] = None
+        results = phase(tmp_path / name, seed)
+        assert played == replayed and (seed or results == whole)
+        assert sorted(p.name for p in out_dir.iterdir()) == ["results.json", "trajectories_l0.jsonl",
+                                                             "trajectories_l1.jsonl"]
+    for split in ("l0", "l1"):
+        same, once = (tmp_path / run / "eval" / "sft" / f"trajectories_{split}.jsonl" for run in ("same", "whole"))
+        assert same.read_text() == once.read_text()

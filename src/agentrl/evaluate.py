@@ -12,6 +12,7 @@ import torch
 from agentrl.errors import RunError
 from agentrl.files import write_atomic
 from agentrl.progress import set_stage, task
+from agentrl.provenance import changes
 from agentrl.rollout.collect import collect
 from agentrl.rollout.records import write_trajectories
 
@@ -54,13 +55,21 @@ def summarize(trajectories) -> dict:
 
 
 def evaluate(pool, sampler, tokenizer, eval_cfg, prompt, seed: int, out_dir: Path | None = None,
-             components=()) -> dict:
+             components=(), settings: dict | None = None) -> dict:
     """Play the first `episodes` tasks of each split once, `batch_size` at a time; sampling RNG
-    forked and seeded, so the result is reproducible and training's RNG stream is untouched. Each
-    of the trainer's `components` adds its own numbers on each split's trajectories (a GCD judge:
-    its accuracy)."""
+    forked and seeded per split, so the result is reproducible and training's RNG stream is
+    untouched. Each of the trainer's `components` adds its own numbers on each split's trajectories
+    (a GCD judge: its accuracy). With `out_dir` and `settings` (what the results depend on), each
+    finished split is recorded (`<split>.done.json`), and a split an earlier, stopped evaluation
+    finished with the same settings is read back, not played again."""
     results = {}
     for split in eval_cfg.splits:
+        done = out_dir / f"{split}.done.json" if out_dir is not None and settings is not None else None
+        if done is not None and done.is_file() and (out_dir / f"trajectories_{split}.jsonl").is_file():
+            record = json.loads(done.read_text())
+            if not changes(record["settings"], settings):
+                results[split] = record["results"]
+                continue
         set_stage(f"evaluation {split}")
         tasks = pool.local.split_tasks(split)[:eval_cfg.episodes]
         with torch.random.fork_rng(devices=[]):
@@ -82,6 +91,10 @@ def evaluate(pool, sampler, tokenizer, eval_cfg, prompt, seed: int, out_dir: Pat
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
             write_trajectories(out_dir / f"trajectories_{split}.jsonl", trajectories)
+        if done is not None:
+            write_atomic(done, json.dumps({"settings": settings, "results": results[split]}))
     if out_dir is not None:
         write_atomic(out_dir / "results.json", json.dumps(results, indent=2))
+        for split in eval_cfg.splits:  # the whole evaluation's record is results.json now
+            (out_dir / f"{split}.done.json").unlink(missing_ok=True)
     return results

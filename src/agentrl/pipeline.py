@@ -260,7 +260,8 @@ def train_rl(config: Config, model_path: str, run_dir: Path, resume: bool, basel
         return trainer.run(resume=resume, baseline=baseline)
 
 
-def evaluate_checkpoint(config: Config, model_path: str, out_dir: Path) -> dict:
+def evaluate_checkpoint(config: Config, model_path: str, out_dir: Path, settings: dict | None = None) -> dict:
+    """`evaluate` of the model at `model_path` (`settings`: splits a stopped run finished with them are reused)."""
     differ = prompt_differences(config.prompt, model_path)
     if differ:
         console.print(f"[yellow]warning[/] {model_path} was trained with other prompt settings "
@@ -269,7 +270,7 @@ def evaluate_checkpoint(config: Config, model_path: str, out_dir: Path) -> dict:
     model = load_model(model_path, config.model.dtype)
     with EnvPool(config.env, config.rl.env_pool if config.rl else None) as pool:
         sampler = HFSampler(model, tokenizer, keep_mib=keep_cache_mib(config))
-        return evaluate(pool, sampler, tokenizer, config.eval, config.prompt, config.seed, out_dir)
+        return evaluate(pool, sampler, tokenizer, config.eval, config.prompt, config.seed, out_dir, settings=settings)
 
 
 def rl_settings(config: Config) -> dict:
@@ -468,7 +469,7 @@ def _eval_phase(config: Config, phases: Phases, name: str, model_path: str, upst
         results = json.loads((out_dir / "results.json").read_text())
     else:
         with timed(seconds, f"eval {name}"):
-            results = evaluate_checkpoint(config, model_path, out_dir)
+            results = evaluate_checkpoint(config, model_path, out_dir, settings)
         _record_seconds(config, seconds, f"eval {name}")
         phases.complete(f"eval {name}", settings)
     _print_phase(name, results)
