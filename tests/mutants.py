@@ -2680,7 +2680,7 @@ MUTANTS = [
            ['test_evaluate.py::test_a_stopped_evaluation_resumes_at_the_split_it_stopped_in']),
     Mutant("eval: a finished split not recorded (a stopped evaluation plays every split again)", 'src/agentrl/evaluate.py',
            '            write_atomic(done, json.dumps({"settings": settings, "results": results[split]}))\n',
-           '',
+           '            pass\n',
            ['test_evaluate.py::test_a_stopped_evaluation_resumes_at_the_split_it_stopped_in']),
     Mutant("eval: the splits' records left beside results.json", 'src/agentrl/evaluate.py',
            '            (out_dir / f"{split}.done.json").unlink(missing_ok=True)\n',
