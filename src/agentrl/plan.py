@@ -52,7 +52,7 @@ PREFILL_ATTENTION_H, PREFILL_MLP_H, PREFILL_MLP_I = 5, 2, 3
 """Values per token that one decoder layer's forward without autograd holds at its peak: in
 attention (hidden states, q, and k / v repeated to every query head) beside the tree mask as an
 additive bias, or in the MLP (gate, up, their product); fitted to the shared decoder's prefill on
-CPU (`benchmarks/prefill_memory.py`: within 3% for rows of 512 and 4,096 tokens and MLP widths
+CPU (`benchmarks/prefill_memory.py`: within 3% for rows of 512 to 8,192 tokens and MLP widths
 of 1 to 9 x hidden)."""
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
