@@ -340,3 +340,21 @@ def test_every_backends_optimiser_is_adamw_with_the_recipes_settings_by_hand():
         expected = expected - lr * (m / (1 - 0.5 ** t)) / ((v / (1 - 0.8 ** t)).sqrt() + eps)
         torch.testing.assert_close(param.detach().double(), expected, atol=1e-6, rtol=0)
     assert lrs == pytest.approx([0.025, 0.05, 0.075, 0.1, 0.1, 0.1])
+
+
+def test_the_shared_decoder_pads_a_row_after_its_end(tiny_model_dir):
+    """A row that sampled its end token gives `pad_id` at every later step (as `generate` does)
+    while the other rows go on sampling: its later draws are discarded, not returned."""
+    tokenizer, model = load_tokenizer(tiny_model_dir), load_model(tiny_model_dir)
+    prompts = [tokenizer(text).input_ids for text in ("Task: put a apple in shelf.", "Observation: You arrive at desk 1.",
+                                                      "Actions: go to desk 1, look", "Observation: Nothing happens.")]
+    params, pack, pad = SamplingConfig(temperature=1.0, max_new_tokens=8), Packing.for_model(model.config), 1
+    torch.manual_seed(0)
+    free, _ = shared_decode.generate(model, prompts, params, eos_id=-1, pad_id=pad, pack=pack)
+    end = int(free[0, 1])  # row 0's second token, taken as the end token: row 0 ends at its second step
+    torch.manual_seed(0)
+    tokens, _ = shared_decode.generate(model, prompts, params, eos_id=end, pad_id=pad, pack=pack)
+    assert tokens.shape[1] > 2 and tokens[0, :2].tolist() == free[0, :2].tolist()
+    for row in tokens.tolist():
+        if end in row:
+            assert row[row.index(end) + 1:] == [pad] * (len(row) - row.index(end) - 1)

@@ -212,3 +212,22 @@ def test_rlvmr_without_meta_tags_is_grpo_with_its_own_level_and_normalisation():
             assert rlvmr == compute_advantages(two_groups(), GRPOConfig(level=level, normalize_std=std, eps=0.0)).values
             results[level, std] = rlvmr
     assert len({repr(v) for v in results.values()}) == 4
+
+
+def test_a_non_finite_critic_update_is_skipped(tiny_model_dir):
+    """A non-finite return (a broken reward) makes the value loss's gradient norm non-finite: the
+    critic's weights are left as they were, and the next finite update moves them."""
+    import random
+
+    import torch
+
+    from agentrl.critic import Critic
+
+    critic = Critic(str(tiny_model_dir), PPOConfig(critic_lr=1e-3))
+    prompts = [[5, 6, 7, 8], [5, 6, 9]]
+    before = {k: v.clone() for k, v in critic.state_dict().items()}
+    found = critic.update(prompts, [float("nan"), 1.0], [0.0, 0.0], 2, 10**4, random.Random(0))
+    assert found["grad_norm"] != found["grad_norm"]  # NaN
+    assert all(torch.equal(before[k], v) for k, v in critic.state_dict().items())
+    critic.update(prompts, [1.0, -1.0], [0.0, 0.0], 2, 10**4, random.Random(0))
+    assert any(not torch.equal(before[k], v) for k, v in critic.state_dict().items())

@@ -172,3 +172,21 @@ def test_rl_steps_packed_and_unpacked_end_with_the_same_weights(tiny_model_dir, 
         assert q["tokens/computed"] == q["tokens/processed"]  # unpacked: every sample's tokens
         assert p["tokens/computed"] < 0.8 * p["tokens/processed"]
         assert p["rollout/logprob_diff_max"] < 1e-4
+
+
+def test_packed_equals_unpacked_with_eager_attention(tiny_model_dir):
+    """A model on eager attention takes the tree mask as an additive bias (0 where a token may
+    attend, the dtype's minimum elsewhere): the same log-probs and gradients as unpacked."""
+    model = load_model(tiny_model_dir).float()
+    model.set_attn_implementation("eager")
+    assert model.config._attn_implementation == "eager"
+    plain_tokens, packed_tokens = assert_packed_equals_plain(model, step_samples())
+    assert packed_tokens < 0.6 * plain_tokens
+
+
+def test_a_samples_first_token_is_never_trained():
+    """Nothing predicts a sequence's first token: collate leaves it untrained whatever its mask."""
+    from agentrl.packing import collate
+
+    batch = collate([TrainSample([5, 6, 7], [True, True, True]), TrainSample([5, 6], [False, True])])
+    assert batch.mask.tolist() == [[False, True, True], [False, True, False]] and batch.n_tokens == 3

@@ -320,3 +320,46 @@ def test_no_jvm_left_after_close(scienceworld_splits):
     assert len(started) == 1
     env.close()
     assert not set(java_processes()) & started
+
+
+def test_the_notebook_keeps_the_last_moves_it_has_room_for():
+    """The notebook's `keep` most recent moves, oldest first: a long episode's plan shows where it
+    is now, not how it began."""
+    from agentrl.envs.scienceworld.env import Notebook
+
+    book = Notebook("kitchen", ["kitchen"], keep=3)
+    for move in ["pick up thermometer", "open freezer", "move ice to pot", "activate stove", "wait1"]:
+        book.record(move, "You do it.")
+    assert book.text() == "In: kitchen. Been in: kitchen. Done: move ice to pot; activate stove; wait1."
+
+
+def test_a_cut_objects_list_ends_at_a_whole_name(env):
+    """Past `objects_budget` characters the prompt's objects list is cut after the last whole name
+    that fits, and says so (every budget from 30 to 60 characters: most cut inside a name)."""
+    text = env.reset("find-living-thing/202").text
+    try:
+        for budget in range(30, 61):
+            env.objects_budget = budget
+            obs = env._observation(text)
+            listed = obs.actions_text.split("objects: ", 1)[1]
+            assert listed.endswith(", ...") and len(listed) <= budget + len(", ..."), budget
+            names = listed[:-len(", ...")].split(", ")
+            assert names == obs.info["objects"][:len(names)] and len(names) < len(obs.info["objects"]), budget
+    finally:
+        env.objects_budget = 1500
+
+
+def test_the_expert_has_no_move_once_the_agent_leaves_the_gold_path(env):
+    """The expert follows the gold path only while the agent does: a move off it (understood, so
+    its progress is unknown rather than none) leaves no expert move for the rest of the episode."""
+    from agentrl.envs.base import NoExpertMove
+
+    env.reset("find-living-thing/202")
+    assert env.expert_action()[1] == env.gold[0] == "open door to kitchen"
+    result = env.step("look around")
+    assert result.info["admissible"] and result.progress is None
+    with pytest.raises(NoExpertMove):
+        env.expert_action()
+    env.step(env.gold[0])  # back on the path's first move: still off it
+    with pytest.raises(NoExpertMove):
+        env.expert_action()
