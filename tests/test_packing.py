@@ -190,3 +190,13 @@ def test_a_samples_first_token_is_never_trained():
 
     batch = collate([TrainSample([5, 6, 7], [True, True, True]), TrainSample([5, 6], [False, True])])
     assert batch.mask.tolist() == [[False, True, True], [False, True, False]] and batch.n_tokens == 3
+
+
+def test_a_field_some_samples_lack_is_refused_not_dropped():
+    """A per-token field that some of a batch's samples have and others lack would leave the
+    losses reading misaligned values, or none: collate refuses it by name."""
+    from agentrl.packing import collate
+
+    samples = [TrainSample.from_turn([1, 2], [3], advantages=[1.0]), TrainSample.from_turn([1], [4, 5])]
+    with pytest.raises(ValueError, match="1 of 2 samples have advantages"):
+        collate(samples)
