@@ -2770,6 +2770,10 @@ MUTANTS = [
            '            rng.shuffle(order)\n',
            '',
            ['test_trainer.py::test_ppo_critic_regresses_onto_the_step_returns']),
+    Mutant("mutation pass: a mutant that does not compile run and counted killed", 'tests/mutants.py',
+           '            return "invalid", 0.0, str(err)',
+           '            pass',
+           ['test_mutants.py::test_a_mutant_that_does_not_compile_gets_no_verdict']),
 ]
 
 
@@ -2778,8 +2782,14 @@ def run(mutant: Mutant, root: Path, timeout: int) -> tuple[str, float, str]:
     original = path.read_text()
     if mutant.old not in original:
         return "n/a", 0.0, ""
+    broken = original.replace(mutant.old, mutant.new, 1)
+    if mutant.path.endswith(".py"):
+        try:  # a syntax error fails every test that imports the file: no verdict on the tests
+            compile(broken, mutant.path, "exec")
+        except SyntaxError as err:
+            return "invalid", 0.0, str(err)
     tests = [str(root / "tests" / t) for t in dict.fromkeys(mutant.tests) if (root / "tests" / t.split("::")[0]).exists()]
-    path.write_text(original.replace(mutant.old, mutant.new, 1))
+    path.write_text(broken)
     start = time.perf_counter()
     try:
         vllm = any(t.split("::")[0] == "test_vllm.py" for t in mutant.tests)
