@@ -2771,8 +2771,8 @@ MUTANTS = [
            '',
            ['test_trainer.py::test_ppo_critic_regresses_onto_the_step_returns']),
     Mutant("mutation pass: a mutant that does not compile run and counted killed", 'tests/mutants.py',
-           '            return "invalid", 0.0, str(err)',
-           '            pass',
+           "            return \"invalid\", 0.0, str(err)",  # (escaped: the table must not hold the snippet)
+           "            pass",
            ['test_mutants.py::test_a_mutant_that_does_not_compile_gets_no_verdict']),
 ]
 
