@@ -16,6 +16,7 @@ and appends them to benchmarks/results/memory_plan.csv.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import sys
 import tempfile
@@ -39,6 +40,16 @@ SHAPES = {"small": dict(hidden_size=512, intermediate_size=1536, num_hidden_laye
           "qwen2.5-7b": KNOWN_MODELS["Qwen/Qwen2.5-7B-Instruct"]}
 
 
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def live_peaks() -> None:
+    """Make this process's peak resident memory its live tensors' peak: glibc maps every block of
+    64 KiB or more on its own and unmaps it when freed (by default it keeps freed memory for reuse,
+    and how much of it the peak counts varies from run to run)."""
+    ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, 65536)
+
+
 def resident_bytes(field: str) -> int:
     """VmRSS or VmHWM (peak) of this process, in bytes."""
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -48,12 +59,13 @@ def resident_bytes(field: str) -> int:
 
 
 def measure(shape: str, backend: str, dtype: str, tokens: int, seq: int, steps: int, checkpointing: bool,
-            seed: int = 0) -> dict:
+            intermediate: int | None = None, seed: int = 0) -> dict:
     """This rank's peak bytes, the plan's estimate for it and the seconds per step after the first."""
     cuda = torch.cuda.is_available()
     world, rank = distributed.world(), distributed.rank()
     folder = Path(tempfile.mkdtemp())
-    hf_config = Qwen2Config(**SHAPES[shape], max_position_embeddings=max(4096, seq))
+    hf_config = Qwen2Config(**{**SHAPES[shape], **({"intermediate_size": intermediate} if intermediate else {})},
+                            max_position_embeddings=max(4096, seq))
     hf_config.save_pretrained(folder)  # the plan reads the shape from it
     actor_cfg = {"backend": backend, "activation_checkpointing": checkpointing}
     config = Config(model={"path": str(folder), "dtype": dtype},
@@ -62,6 +74,8 @@ def measure(shape: str, backend: str, dtype: str, tokens: int, seq: int, steps: 
 
     if cuda:
         torch.cuda.reset_peak_memory_stats()
+    else:
+        live_peaks()
     before = resident_bytes("VmRSS")
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(hf_config).to(getattr(torch, dtype)).to(distributed.device())
@@ -80,7 +94,7 @@ def measure(shape: str, backend: str, dtype: str, tokens: int, seq: int, steps: 
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     peak = torch.cuda.max_memory_allocated() if cuda else resident_bytes("VmHWM") - before
-    return {"shape": shape, "backend": backend, "ranks": world, "rank": rank, "dtype": dtype, "tokens": tokens,
+    return {"shape": shape, "intermediate": hf_config.intermediate_size, "backend": backend, "ranks": world, "rank": rank, "dtype": dtype, "tokens": tokens,
             "checkpointing": checkpointing, "device": torch.cuda.get_device_name() if cuda else "cpu",
             "estimate_gib": estimate / GIB, "measured_gib": peak / GIB, "ratio": peak / estimate,
             "step_s": sum(times[1:]) / max(len(times) - 1, 1)}
@@ -95,13 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, default=512, help="tokens of one sequence")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--activation-checkpointing", action="store_true")
+    parser.add_argument("--intermediate", type=int, help="the shape's MLP width instead")
     parser.add_argument("--json", help="also write this rank-0 result list as JSON here")
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads() // max(1, int(__import__("os").environ.get(
         "LOCAL_WORLD_SIZE", "1")))))
     distributed.init_from_env()
     row = measure(args.shape, args.backend, args.dtype, args.micro_batch_tokens, args.seq, args.steps,
-                  args.activation_checkpointing)
+                  args.activation_checkpointing, args.intermediate)
     rows = distributed.gather([row])
     if distributed.is_main():
         for r in rows:

@@ -25,20 +25,17 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).parent))
-from memory_plan import SHAPES, resident_bytes  # noqa: E402
+from memory_plan import SHAPES, live_peaks, resident_bytes  # noqa: E402
 
 from agentrl.packing import Packing  # noqa: E402
 from agentrl.plan import DTYPE_BYTES, GIB, Architecture, episode_bytes, prefill_bytes  # noqa: E402
 from agentrl.sampler.shared_decode import PREFILL_TOKENS, tree_prefill  # noqa: E402
 
 
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-
-
 def measure(shape: str, dtype: str, prompts: int, length: int, intermediate: int | None = None, seed: int = 0) -> dict:
     cuda = torch.cuda.is_available()
-    if not cuda:  # every tensor of 64 KiB or more mapped on its own and unmapped when freed, so that the
-        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, 65536)  # resident peak is the live one
+    if not cuda:
+        live_peaks()
     config = Qwen2Config(**{**SHAPES[shape], **({"intermediate_size": intermediate} if intermediate else {})},
                          max_position_embeddings=max(4096, 2 * length))
     torch.manual_seed(seed)

@@ -50,8 +50,9 @@ def test_plan_command_prints_a_table_and_refuses_an_unknown_model(tmp_path):
     pytest.param("single", 1, True, id="single-checkpointing"),
     pytest.param("fsdp2", 2, False, id="fsdp2-2-ranks")])
 def test_estimates_are_within_25_percent_of_measured_peaks(tmp_path, backend, ranks, checkpointing):
-    """Peak resident memory of SFT steps of a 35M-parameter model (fp32, 4096-token micro-batch)
-    above the process's memory before the model was built, per rank."""
+    """Live peak memory of SFT steps of a 35M-parameter model (fp32, 4096-token micro-batch)
+    above the process's memory before the model was built, per rank (deterministic: glibc maps
+    every large tensor on its own and returns it when freed)."""
     script = [str(ROOT / "benchmarks" / "memory_plan.py"), "--backend", backend, "--micro-batch-tokens", "4096",
               "--json", str(tmp_path / "rows.json"), *(["--activation-checkpointing"] if checkpointing else [])]
     if ranks > 1:

@@ -21,9 +21,14 @@ The arithmetic follows what agentrl's backends hold (P parameters, T of them tra
   values per token and layer (Qwen2 / Llama layers in eager PyTorch with SDPA, counted from what
   autograd saves and fitted to measured peaks); with activation checkpointing, one hidden state
   per layer plus CHECKPOINT_LAYERS layers' full sets; and the fused log-prob's working memory.
-- Measured against it on CPU (fp32, benchmarks/memory_plan.py, tests/test_plan.py): within 15%
-  for single and fsdp2 SFT steps of a 35M-parameter model. bf16 on GPUs (norms upcast to fp32
-  inside) is not yet measured: the benchmark's GPU line is the check.
+- The estimate is of live tensors (what `torch.cuda.max_memory_allocated` reports; the caching
+  allocator's spare blocks come on top), as a sum of parts: every gradient beside the whole
+  micro-batch's activations, which backward never holds at once, so it is on the safe side.
+  Measured against it on CPU (fp32, live peaks, benchmarks/memory_plan.py, tests/test_plan.py):
+  SFT steps of 35M-parameter models at 4,096 and 8,192-token micro-batches, 0.91-0.96 without
+  checkpointing (single and fsdp2) and 0.80-1.00 with it, over MLP widths of 1 to 9 x hidden.
+  bf16 on GPUs (norms upcast to fp32 inside) is not yet measured: the benchmark's GPU line is
+  the check.
 """
 
 from __future__ import annotations
@@ -42,9 +47,10 @@ ACT_H, ACT_I = 14, 4
 """Values autograd keeps per token and decoder layer: 4 x intermediate (gate, up, SiLU,
 product) and about 14 x hidden (norms, q/k/v, rotary, attention output, residual inputs; fitted
 to measured CPU peaks, benchmarks/memory_plan.py)."""
-CHECKPOINT_LAYERS = 2.5
-"""With activation checkpointing, the layer being recomputed and its backward's temporaries:
-about 2.5 layers' full activations (measured)."""
+CHECKPOINT_LAYERS = 1
+"""With activation checkpointing, the layer being recomputed: one layer's full activations (its
+backward's temporaries are covered by the layers' gradients, which the sum counts beside it; the
+live peak of a small model comes in the head's backward, before those gradients exist)."""
 TORCH_HEAD_COPIES = 5
 """Chunk-sized fp32 (rows x vocabulary) tensors the PyTorch log-prob path holds at its peak
 (logits, log-softmax, probabilities, their products and gradient; measured)."""
