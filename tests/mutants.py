@@ -2774,6 +2774,10 @@ MUTANTS = [
            "            return \"invalid\", 0.0, str(err)",  # (escaped: the table must not hold the snippet)
            "            pass",
            ['test_mutants.py::test_a_mutant_that_does_not_compile_gets_no_verdict']),
+    Mutant("plan: checkpointing's recomputed layers back at the 2.5 fitted to retained memory", "src/agentrl/plan.py",
+           "CHECKPOINT_LAYERS = 1\n", "CHECKPOINT_LAYERS = 2.5\n", ["test_plan.py"]),
+    Mutant("memory_plan benchmark: the CPU peak with the allocator's kept memory (glibc not told to map large blocks)",
+           "benchmarks/memory_plan.py", "    else:\n        live_peaks()\n", "    else:\n        pass\n", ["test_plan.py"]),
 ]
 
 
