@@ -2662,7 +2662,7 @@ MUTANTS = [
            'rows = episodes',
            ['test_plan.py::test_the_samplers_prefill_is_planned_bounded_by_the_shared_decoders_forward']),
     Mutant("plan: generate's prefill planned as bounded as the shared decoder's", 'src/agentrl/plan.py',
-           'bound = PREFILL_TOKENS if rl.sampler.share_prefixes else None',
+           'bound = PREFILL_TOKENS if rl.sampler.share_prefixes and arch.shared_decoder else None',
            'bound = PREFILL_TOKENS',
            ['test_plan.py::test_the_samplers_prefill_is_planned_bounded_by_the_shared_decoders_forward']),
     Mutant("plan: the prefill's attention peak (the mask as a bias) not planned", 'src/agentrl/plan.py',
@@ -2778,6 +2778,11 @@ MUTANTS = [
            "CHECKPOINT_LAYERS = 1\n", "CHECKPOINT_LAYERS = 2.5\n", ["test_plan.py"]),
     Mutant("memory_plan benchmark: the CPU peak with the allocator's kept memory (glibc not told to map large blocks)",
            "benchmarks/memory_plan.py", "    else:\n        live_peaks()\n", "    else:\n        pass\n", ["test_plan.py"]),
+    Mutant("plan: the shared decoder's bound assumed for a family it does not run", "src/agentrl/plan.py",
+           "rl.sampler.share_prefixes and arch.shared_decoder else None", "rl.sampler.share_prefixes else None",
+           ["test_plan.py"]),
+    Mutant("shared decoder: a sliding-window Qwen2 run as a full-attention one", "src/agentrl/sampler/shared_decode.py",
+           ' and not config.get("use_sliding_window", False)', "", ["test_plan.py", "test_actor.py"]),
 ]
 
 

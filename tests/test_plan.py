@@ -109,6 +109,23 @@ def test_the_samplers_prefill_is_planned_bounded_by_the_shared_decoders_forward(
     assert prefill_bytes(arch, 1, 8192, 2, 8192) > 8192 * (28 * 2 * 512 * 2 + 8192) + 8192 ** 2 * 2
 
 
+@pytest.mark.parametrize("family,shared", [({"model_type": "qwen2"}, True), ({"model_type": "llama"}, True),
+                                           ({"model_type": "qwen2", "use_sliding_window": True}, False),
+                                           ({"model_type": "mistral"}, False),
+                                           ({"model_type": "qwen2", "layer_types": ["full_attention", "sliding_attention"]}, False)])
+def test_a_family_the_shared_decoder_does_not_run_is_planned_as_generates_prefill(tmp_path, family, shared):
+    """The HF sampler falls back to `generate` for a model the shared decoder does not run exactly
+    (`shared_decode.supports`): the plan then prefills every episode at once, as with
+    share_prefixes false."""
+    from agentrl.plan import KNOWN_MODELS, prefill_bytes
+
+    (tmp_path / "config.json").write_text(json.dumps({**KNOWN_MODELS["Qwen/Qwen2.5-7B-Instruct"], **family}))
+    config = load_config(ROOT / "recipes" / "alfworld-qwen2.5-7b.yaml", [f"model.path={tmp_path}"])
+    arch = architecture(config)
+    planned = memory_plan(config, 8, 80)["rl"]["parts_gib"]["sampler prefill"]
+    assert planned == pytest.approx(prefill_bytes(arch, 16, 2048, 2, 8192 if shared else None) / GIB)
+
+
 @pytest.mark.parametrize("prompts,length,intermediate", [(16, 512, 1536), (2, 4096, 512)],
                          ids=["mlp-peak", "attention-peak"])
 def test_the_prefill_estimate_is_within_10_percent_of_its_measured_peak(tmp_path, prompts, length, intermediate):

@@ -15,7 +15,8 @@ The arithmetic follows what agentrl's backends hold (P parameters, T of them tra
   its KV cache for the rank's episodes (and the kept cache across turns, `keep_cache_mib`, up to
   every live episode's sequence at `--context` tokens) and its largest prefill forward's working
   memory (the shared decoder's forwards hold at most `PREFILL_TOKENS` padded tokens; `generate`,
-  with `share_prefixes` false, prefills every episode's prompt at once); vLLM takes `gpu_memory_utilization` of the GPU (or its
+  with `share_prefixes` false or a model family the shared decoder does not run, prefills every
+  episode's prompt at once); vLLM takes `gpu_memory_utilization` of the GPU (or its
   weights plus `kv_cache_gib`).
 - Activations of one micro-batch (`micro_batch_tokens`): ACT_H x hidden + ACT_I x intermediate
   values per token and layer (Qwen2 / Llama layers in eager PyTorch with SDPA, counted from what
@@ -40,7 +41,7 @@ from pathlib import Path
 from agentrl.config import Config, ConfigError
 from agentrl.kernels.linear_logprob import BACKWARD_CHUNK_BYTES, CHUNK_ROWS
 from agentrl.sampler import keep_cache_mib
-from agentrl.sampler.shared_decode import PREFILL_TOKENS
+from agentrl.sampler.shared_decode import PREFILL_TOKENS, runs_family
 
 GIB = 2 ** 30
 ACT_H, ACT_I = 14, 4
@@ -88,12 +89,14 @@ class Architecture:
     kv_heads: int
     vocab: int
     tied: bool
+    shared_decoder: bool = True
+    """Whether the HF sampler's shared decoder runs this family (otherwise `generate` does)."""
 
     @classmethod
     def from_config(cls, cfg: dict) -> Architecture:
         return cls(cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"],
                    cfg.get("num_key_value_heads") or cfg["num_attention_heads"], cfg["vocab_size"],
-                   bool(cfg.get("tie_word_embeddings", False)))
+                   bool(cfg.get("tie_word_embeddings", False)), runs_family(cfg))
 
     @property
     def kv_dim(self) -> int:
@@ -142,7 +145,7 @@ def architecture(config: Config) -> Architecture:
     if known is None:
         raise ConfigError(f"model.path: {path} is not a local folder, not in the Hugging Face cache and not one of "
                           f"{', '.join(KNOWN_MODELS)}: the plan cannot know its shape")
-    return Architecture.from_config(known)
+    return Architecture.from_config({"model_type": "qwen2", **known})
 
 
 def actor_parts(arch: Architecture, actor, optim_offload: bool, dtype_bytes: int, gpus: int, cuda: bool
@@ -218,7 +221,7 @@ def phase_plan(config: Config, phase: str, gpus: int, cuda: bool = True, context
         else:
             copy = arch.params * b if actor.backend != "single" else 0
             parts["sampler"] = copy + episodes * episode_bytes(arch, context, b)
-            bound = PREFILL_TOKENS if rl.sampler.share_prefixes else None
+            bound = PREFILL_TOKENS if rl.sampler.share_prefixes and arch.shared_decoder else None
             parts["sampler prefill"] = prefill_bytes(arch, episodes, context, b, bound)
             kept = keep_cache_mib(config) * 2**20
             if kept:  # each live episode's sequence, kept between turns up to the budget

@@ -39,12 +39,16 @@ tens of GB."""
 
 
 def supports(model) -> bool:
-    """Whether `model` is one this decoder runs exactly: a Qwen2 or Llama family model, full
-    attention in every layer, sdpa or eager attention for the tree prefill."""
-    config = model.config
-    full = all(kind == "full_attention" for kind in getattr(config, "layer_types", None) or ["full_attention"])
-    return (config.model_type in FAMILIES and full and not getattr(config, "use_sliding_window", False)
-            and config._attn_implementation in ("sdpa", "eager"))
+    """Whether `model` is one this decoder runs exactly: of a family it runs (`runs_family`), with
+    sdpa or eager attention for the tree prefill."""
+    return runs_family(model.config.to_dict()) and model.config._attn_implementation in ("sdpa", "eager")
+
+
+def runs_family(config: dict) -> bool:
+    """Whether a model of this config.json is a Qwen2 or Llama family model with full attention in
+    every layer."""
+    full = all(kind == "full_attention" for kind in config.get("layer_types") or ["full_attention"])
+    return config.get("model_type") in FAMILIES and full and not config.get("use_sliding_window", False)
 
 
 def tree_prefill(model, prefixes: list[list[int]], pack: Packing, pad_id: int, budget: int = PREFILL_TOKENS
