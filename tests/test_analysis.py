@@ -10,6 +10,7 @@ from agentrl.analysis.coupling import (
     Pair,
     gradient_similarity,
     influence_gap,
+    mean_gradient,
     one_step_influence,
     representation_separation,
     response_logprob,
@@ -61,6 +62,13 @@ def test_gradient_similarity_of_a_set_with_itself_is_one(tiny_model_dir):
     sims = gradient_similarity(model, tokenizer, {"a": PAIRS[:2], "b": PAIRS[:2], "c": PAIRS[2:]})
     assert sims["a|b"] == pytest.approx(1.0, abs=1e-5)
     assert -1 <= sims["a|c"] < 0.9999
+
+
+def test_the_mean_gradient_is_the_mean_of_each_samples_gradient(tiny_model_dir):
+    model, tokenizer = load_model(tiny_model_dir), load_tokenizer(tiny_model_dir)
+    each = [mean_gradient(model, tokenizer, [pair]) for pair in PAIRS[:2]]
+    assert torch.allclose(mean_gradient(model, tokenizer, PAIRS[:2]), (each[0] + each[1]) / 2, atol=1e-9)
+    assert torch.allclose(mean_gradient(model, tokenizer, [PAIRS[0]] * 3), each[0], atol=1e-9)
 
 
 def test_gap_and_separation_by_hand():

@@ -453,6 +453,22 @@ def test_a_phase_is_reused_only_with_its_output_and_a_redo_forgets_its_old_recor
     assert not Phases(tmp_path, print).reusable("sft", {"sft.lr": 1e-3}, True)
 
 
+def test_each_reuse_decision_says_why_in_one_line(tmp_path):
+    """Reused, running (no record, or no output), or redone naming the first four changes and how
+    many more: what a user reads to know whether a phase's result is the one they asked for."""
+    said = []
+    settings = {f"sft.k{i}": i for i in range(6)}
+    assert not Phases(tmp_path, said.append).reusable("sft", settings, True)
+    Phases(tmp_path, said.append).complete("sft", settings)
+    assert Phases(tmp_path, said.append).reusable("sft", settings, True)
+    assert not Phases(tmp_path, said.append).reusable("sft", settings, False)
+    Phases(tmp_path, said.append).complete("sft", settings)
+    assert not Phases(tmp_path, said.append).reusable("sft", {k: v + 1 for k, v in settings.items()}, True)
+    assert said == ["sft: running", "sft: done earlier with the same settings, reused", "sft: running",
+                    "sft: settings changed (sft.k0: 0 -> 1; sft.k1: 1 -> 2; sft.k2: 2 -> 3; sft.k3: 3 -> 4; "
+                    "and 2 more), redoing"]
+
+
 def test_a_setting_the_record_has_and_the_settings_now_lack_is_a_change(tmp_path):
     """A plugin dropped from `imports` leaves its `plugin <spec>` in the record and not in the
     settings now: the phase is redone, naming it (only a setting no phase depends on any more,

@@ -12,7 +12,8 @@ from agentrl.data import read_chat_dataset
 from agentrl.envs import make_env
 from agentrl.envs.household.env import HouseholdEnvConfig
 from agentrl.gcd.data import collect_judgment_data
-from agentrl.gcd.judge import ChatEndpoint, ExternalJudge, critique, judge_messages, judge_prompt, parse_verdict, vote
+from agentrl.gcd.judge import (ChatEndpoint, ExternalJudge, critique, judge_messages, judge_prompt, judge_question,
+                              parse_verdict, vote)
 from agentrl.gcd.labels import balanced_selection, label_steps, rule_labels
 from agentrl.gcd.loss import GCDAuxConfig, GCDLoss, JudgeEndpointConfig
 from agentrl.metrics import LossOutputs
@@ -52,6 +53,8 @@ def test_label_sources_follow_priority_and_selection_is_balanced():
                               ("a3", True, "env")}
     env_first = {(x.step.action, x.label, x.source) for x in label_steps([t], ["env", "rules"])}
     assert ("a0", True, "env") in env_first
+    # in episode and step order whatever source labelled each (a seeded selection draws from this order)
+    assert [x.step.action for x in label_steps([t], ["rules", "env"])] == ["a0", "a2", "a3", "a4"]
     labelled = label_steps([t], ["rules", "env"])
     chosen = balanced_selection(labelled, 30, random.Random(0))
     assert sum(x.label for x in chosen) == sum(not x.label for x in chosen) == 2
@@ -215,7 +218,8 @@ def test_a_summary_the_endpoint_fails_to_give_keeps_the_previous_hint(tmp_path):
 @contextmanager
 def chat_server(answer, requests: list | None = None):
     """A real chat-completions server on 127.0.0.1: `answer(headers)` is each request's answer text
-    (given `n` times), or None for an HTTP 503; each request's body is appended to `requests`."""
+    (given `n` times), a list of the choices' texts, or None for an HTTP 503; each request's body
+    is appended to `requests`."""
     import http.server
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -229,7 +233,9 @@ def chat_server(answer, requests: list | None = None):
                 self.send_response(503)
                 self.end_headers()
                 return
-            body = json.dumps({"choices": [{"message": {"content": content}}] * n}).encode()
+            choices = ([{"message": {"content": c}} for c in content] if isinstance(content, list)
+                       else [{"message": {"content": content}}] * n)
+            body = json.dumps({"choices": choices}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -340,6 +346,44 @@ def test_the_endpoint_retries_each_failure_and_sends_its_key(monkeypatch):
         with pytest.raises(EndpointError, match=r"\(2 attempts\)"):
             ChatEndpoint(url, "x", "AGENTRL_TEST_KEY", 5, retries=1, backoff_s=0.0).complete("hi")
         assert len(seen) == 5
+
+
+def test_the_endpoints_backoff_doubles_and_a_reply_without_choices_is_a_failure(monkeypatch):
+    """Attempt k waits backoff_s x 2^k before the next; a reply whose choices list is empty is
+    retried like any malformed reply, then an EndpointError (not an empty list of answers)."""
+    import agentrl.gcd.judge as judge
+    from agentrl.gcd.judge import EndpointError
+
+    waits = []
+    monkeypatch.setattr(judge.time, "sleep", waits.append)
+    with chat_server(lambda headers: None) as url:
+        with pytest.raises(EndpointError, match=r"\(4 attempts\)"):
+            ChatEndpoint(url, "x", None, 5, retries=3, backoff_s=0.25).complete("hi")
+    assert waits == [0.25, 0.5, 1.0]
+    waits.clear()
+    with chat_server(lambda headers: []) as url:
+        with pytest.raises(EndpointError, match="no 'choices' list"):
+            ChatEndpoint(url, "x", None, 5, retries=1, backoff_s=0.0).complete("hi")
+    assert waits == [0.0]
+
+
+def test_the_external_judge_is_asked_about_the_last_step_it_is_given():
+    """Without full history, one user turn: the judged step's own prompt and the question about its
+    action (labels send each step's episode up to it)."""
+    steps = traj(["kitchen", "garden", "hall"]).steps
+    for i in range(len(steps)):
+        assert judge_messages(steps[:i + 1]) == [{"role": "user", "content": judge_prompt(steps[i])}]
+    assert judge_messages(steps, full_history=True)[-1] == {"role": "user", "content": judge_question(steps[-1])}
+    assert len({judge_prompt(s) for s in steps}) == 3
+
+
+def test_a_critique_is_the_text_inside_the_first_think_that_opens():
+    """A stray closing tag before the reasoning does not cut the critique to nothing."""
+    from agentrl.gcd.judge import critique
+
+    assert critique("</think> so: <think>it loops back</think><verdict>bad</verdict>") == "it loops back"
+    assert critique("<think>first</think> and <think>second</think>") == "first"
+    assert critique("no tags <verdict>bad</verdict>") == "no tags"
 
 
 def test_the_openai_sdk_against_agentrl_serve(judge_server):

@@ -104,6 +104,17 @@ def test_receive_with_a_timeout_returns_at_it_while_a_worker_is_within_its_limit
         assert pool.receive()[0] is not None and not pool.faults
 
 
+def test_an_answer_already_arrived_is_returned_by_a_poll_that_does_not_wait():
+    """`receive(0)` returns what has arrived even though its wait is over as it reads it (async
+    rollouts poll with short timeouts: an answer held back to the next poll delays its episode)."""
+    with EnvPool(HouseholdEnvConfig(), EnvPoolConfig(workers=1)) as pool:
+        pool.submit("reset", {0: "train-0", 1: "train-1"})
+        assert pool.transport.wait([0], 120) == [0]  # the answer is in the pipe, not yet read
+        answers = pool.receive(0)
+        assert set(answers) == {0, 1} and all(o is not None for o in answers.values())
+        assert pool.pending == 0
+
+
 def test_a_message_sent_later_does_not_extend_the_one_in_flight():
     """Async rollouts keep sending a worker moves while an earlier one hangs: the hung one times out
     by its own clock, from when the worker began it, however many are sent after it."""
@@ -220,6 +231,7 @@ def test_a_failed_worker_aborts_one_episode_and_the_step_completes(tiny_model_di
         trainer.close()
 
 
+@pytest.mark.timeout(120)  # an error swallowed leaves its slot unanswered: the call would wait forever
 def test_an_environment_error_is_raised_not_hidden():
     with EnvPool(HouseholdEnvConfig(), EnvPoolConfig(workers=2)) as pool:
         with pytest.raises(WorkerEnvError, match="layout|task|split"):
