@@ -1,7 +1,7 @@
-"""Reviewer's pass 29 (issue 45): single breakages written apart from the suite, each with the
-verdict predicted before the run, on features the issue names: what decides a phase's reuse
-(provenance), the environment pool's deadlines and faults, GCD's labels, votes, critiques and
-correction, and the gradient-coupling lab. Run on a clone:
+"""Reviewer's pass 30 (issue 45): single breakages written apart from the suite, each with the
+verdict predicted before the run, on features the issue names: the testbed's tasks, actions and
+what it shows, the policy loss, the KL in the reward and the reported entropy, compare's
+statistics, PPO's critic, the HF sampler's weight push and log-probs. Run on a clone:
     PYTEST_ADDOPTS="-n 2" .venv/bin/python tests/review_pass.py --root ../pass
 """
 
@@ -12,75 +12,73 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutants import MUTANTS, Mutant, run  # noqa: E402
 
-PROV = "src/agentrl/provenance.py"
-POOL = "src/agentrl/envs/pool.py"
-LABELS = "src/agentrl/gcd/labels.py"
-JUDGE = "src/agentrl/gcd/judge.py"
-CORRECTION = "src/agentrl/gcd/correction.py"
-COUPLING = "src/agentrl/analysis/coupling.py"
-REUSE = ["test_cli.py", "test_plugins.py", "test_settings.py", "test_failures.py"]
-POOLS = ["test_pool.py"]
-GCD = ["test_gcd.py"]
-LAB = ["test_analysis.py", "test_trainer.py"]
+TESTBED = "src/agentrl/envs/testbed/env.py"
+POLICY = "src/agentrl/losses/policy.py"
+REFERENCE = "src/agentrl/losses/reference.py"
+STEP = "src/agentrl/losses/step.py"
+STATS = "src/agentrl/stats.py"
+CRITIC = "src/agentrl/critic.py"
+HF = "src/agentrl/sampler/hf.py"
+BED = ["test_testbed.py", "test_compare.py", "test_sft.py"]
+KL = ["test_actor.py", "test_trainer.py", "test_lora.py", "test_metrics.py"]
+COMPARE = ["test_compare.py"]
+VALUE = ["test_advantages.py", "test_trainer.py"]
+SAMPLER = ["test_trainer.py", "test_distributed.py", "test_pool.py"]
 
 # (mutant, predicted verdict)
 PASS = [
-    (Mutant("provenance: a nested setting flattened under its last name only", PROV,
-            'out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))',
-            "out.update(flatten(value, str(key)))", REUSE), "killed"),
-    (Mutant("provenance: a phase's record written before the phase is done", PROV,
-            "        self.done[name] = settings\n        self._write()",
-            "        self.done[name] = settings", REUSE), "killed"),
-    (Mutant("pool: answers that arrived as the caller's wait ran out held back", POOL,
-            "if wait_until is not None and now >= wait_until and not self._arrived:",
-            "if wait_until is not None and now >= wait_until:", POOLS), "survived"),
-    (Mutant("pool: the time limit named with the wrong setting", POOL,
-            "f\"time limit (rl.env_pool.{TIME_LIMITS[command]} = {self.timeouts[command]:g} each)\")",
-            "f\"time limit (rl.env_pool.step_timeout_s = {self.timeouts[command]:g} each)\")", POOLS), "survived"),
-    (Mutant("gcd judge: a critique cut at the first <think> of an unclosed one", JUDGE,
-            'end = text.find("</think>", start + 7) if start >= 0 else -1',
-            'end = text.find("</think>") if start >= 0 else -1', GCD), "survived"),
-    (Mutant("coupling lab: the mean gradient summed, not averaged", COUPLING,
-            "return total / max(len(pairs), 1)", "return total", LAB), "survived"),
-    (Mutant("provenance: a reused phase said to be running", PROV,
-            'self.say(f"{name}: done earlier with the same settings, reused")', 'self.say(f"{name}: running")',
-            REUSE), "survived"),
-    (Mutant("provenance: a changed phase's message lists every change", PROV,
-            'shown = "; ".join(diff[:4]) + (f"; and {len(diff) - 4} more" if len(diff) > 4 else "")',
-            'shown = "; ".join(diff)', REUSE), "survived"),
-    (Mutant("pool: a worker dying mid-message not counted as exiting (start failures never seen)", POOL,
-            "self._fail(worker, f\"exited during a {command} ({self.transport.dead(worker) or 'its actor died'})\")",
-            "self._fail(worker, f\"died during a {command} ({self.transport.dead(worker) or 'its actor died'})\")",
-            POOLS), "killed"),
-    (Mutant("pool: an environment's own error swallowed", POOL,
-            "                if status == \"error\":\n                    errors.append(payload)",
-            "                if status == \"error\":\n                    pass", POOLS), "killed"),
-    (Mutant("pool: tentative actions stepped for real", POOL,
-            '("try", tried))', '("step", tried))', POOLS), "killed"),
-    (Mutant("gcd labels: the step before the last never labelled by the loop rule", LABELS,
-            "for i in range(len(traj.steps) - 1):", "for i in range(len(traj.steps) - 2):", GCD), "survived"),
-    (Mutant("gcd labels: the balanced selection takes up to n of each class", LABELS,
-            "k = min(n // 2, len(good), len(bad))", "k = min(n, len(good), len(bad))", GCD), "killed"),
-    (Mutant("gcd labels: labelled steps in the order their sources found them", LABELS,
-            "return [labelled[key] for key in sorted(labelled)]", "return list(labelled.values())", GCD), "survived"),
-    (Mutant("gcd judge: without full history the judge is asked about the episode's first step", JUDGE,
-            'return [{"role": "user", "content": judge_prompt(steps[-1])}]',
-            'return [{"role": "user", "content": judge_prompt(steps[0])}]', GCD), "killed"),
-    (Mutant("gcd judge: a judgment's target verdict written inverted", JUDGE,
-            'word = "good" if label else "bad"', 'word = "bad" if label else "good"', GCD), "killed"),
-    (Mutant("gcd judge: the endpoint's backoff not doubled", JUDGE,
-            "time.sleep(self.backoff_s * 2 ** attempt)", "time.sleep(self.backoff_s)", GCD), "survived"),
-    (Mutant("gcd judge: a reply with an empty choices list accepted", JUDGE,
-            "if not isinstance(choices, list) or not choices:", "if not isinstance(choices, list):", GCD), "survived"),
-    (Mutant("gcd judge: answers counted per step, not per answer", JUDGE,
-            '"answers": sum(map(len, received))', '"answers": len(received)', GCD), "survived"),
-    (Mutant("coupling lab: the bad samples taken as good ones too", COUPLING,
-            "bad = [Pair(x.step.prompt, x.step.response, False) for x in labelled if not x.label][:n]",
-            "bad = [Pair(x.step.prompt, x.step.response, False) for x in labelled if x.label][:n]", LAB), "killed"),
-    (Mutant("coupling lab: within-class similarity averaged over the empty class as 1", COUPLING,
-            '"cos_within_class": statistics.fmean(within) if within else 0.0,',
-            '"cos_within_class": statistics.fmean(within) if within else 1.0,', LAB), "survived"),
-
+    (Mutant("testbed: every split's tasks are training tasks", TESTBED,
+            'return [f"{split}-{i}" for i in range(size)]', 'return [f"train-{i}" for i in range(size)]', BED),
+     "killed"),
+    (Mutant("testbed: an action not on the admissible list applied", TESTBED,
+            "admissible = action in self.admissible_actions()", "admissible = action is not None", BED), "killed"),
+    (Mutant("testbed: any key taken is the chest's", TESTBED,
+            "self.key = action.split()[1]", "self.key = self.corridor.goal", BED), "killed"),
+    (Mutant("testbed: doors offered in the chest's room", TESTBED,
+            'actions = [] if self._last() else [f"go through {d} door" for d in doors]',
+            'actions = [f"go through {d} door" for d in doors]', BED), "killed"),
+    (Mutant("testbed: only the first key named on the floor", TESTBED,
+            "parts.append(f\"Keys lie on the floor: {', '.join(c.keys)}.\")",
+            'parts.append(f"Keys lie on the floor: {c.keys[0]}.")', BED), "survived"),
+    (Mutant("testbed: the task does not name the chest's colour", TESTBED,
+            'task = f"reach the last room and open the {c.goal} chest."', 'task = "reach the last room and open the chest."',
+            BED), "survived"),
+    (Mutant("testbed: the expert walks past the key's room", TESTBED,
+            "            if self.room < c.key_room:", "            if self.room <= c.key_room:", BED), "killed"),
+    (Mutant("ppo clip: the optimistic objective (minimum of the two)", POLICY,
+            "loss = torch.maximum(unclipped, clipped)", "loss = torch.minimum(unclipped, clipped)", KL), "killed"),
+    (Mutant("dual clip: every negative advantage counted as dual-clipped", POLICY,
+            'counts["pg_clipfrac_dual"] = dual.float().sum()', 'counts["pg_clipfrac_dual"] = (advantages < 0).float().sum()',
+            KL + ["test_kernels.py"]), "killed"),
+    (Mutant("kl in reward: the penalty always k1, whatever rl.kl_estimator", REFERENCE,
+            "self.coef, self.kl = coef, KL_ESTIMATORS.get(estimator)", 'self.coef, self.kl = coef, KL_ESTIMATORS.get("k1")',
+            KL), "killed"),
+    (Mutant("entropy: the reported entropy weighted by the loss aggregation", STEP,
+            'per_token={"entropy": entropy.sum().detach()}', 'per_token={"entropy": (batch.weight * entropy).sum().detach()}',
+            KL), "survived"),
+    (Mutant("compare: P(A>B)'s interval at 90%", STATS,
+            "confidence_level=confidence, n_resamples=RESAMPLES, method=\"percentile\",\n                             rng=np.random.default_rng(seed))\n    return float(result",
+            "confidence_level=0.9, n_resamples=RESAMPLES, method=\"percentile\",\n                             rng=np.random.default_rng(seed))\n    return float(result",
+            COMPARE), "survived"),
+    (Mutant("compare: seeds to detect a difference one fewer than needed", STATS,
+            "            return seeds\n", "            return seeds - 1\n", COMPARE), "killed"),
+    (Mutant("critic: the value head's weight not zeroed (V does not start at 0)", CRITIC,
+            "        torch.nn.init.zeros_(self.head.weight)\n", "", VALUE), "killed"),
+    (Mutant("critic: the clipped branch detached (the value gradient halved where unclipped)", CRITIC,
+            "clipped = old + torch.clamp(v - old, -c, c)", "clipped = old + torch.clamp(v - old, -c, c).detach()",
+            VALUE), "survived"),
+    (Mutant("critic: explained variance reported as its complement", CRITIC,
+            '"critic/explained_variance": 1 - residual / var if var > 0 else 0.0',
+            '"critic/explained_variance": residual / var if var > 0 else 0.0', VALUE), "killed"),
+    (Mutant("critic: every step's mini-batches in the same order", CRITIC,
+            'random.Random(step_seed(self.seed, batch.step, "critic"))', "random.Random(self.seed)", VALUE),
+     "survived"),
+    (Mutant("sampler: a pushed weight copied only into the tensor it already is", HF,
+            "if params[name].data_ptr() != tensor.data_ptr():", "if params[name].data_ptr() == tensor.data_ptr():",
+            SAMPLER), "killed"),
+    (Mutant("hf generate: log-probs at temperature 1 whatever the sampling temperature", HF,
+            "temperature = 1.0 if greedy else params.temperature", "temperature = 1.0", SAMPLER + ["test_actor.py"]),
+     "killed"),
 ]
 
 
