@@ -6,7 +6,7 @@ import random
 import pytest
 
 from agentrl.envs import make_env, testbed
-from agentrl.envs.testbed.env import HELD_OUT_GOALS, SEEN_GOALS, make_corridor
+from agentrl.envs.testbed.env import COLOURS, HELD_OUT_GOALS, OBJECTS, SEEN_GOALS, make_corridor
 from agentrl.recipe import load_config
 
 
@@ -55,6 +55,8 @@ def test_each_knob_sets_what_it_says_on_every_split(split):
             last = room == rooms - 1
             assert len(shown) == (0 if last else 3) + 2 + (3 if room == corridor.key_room else 0)
             assert ("draft" in obs.text) == (hint and not last) and ("Keys lie" in obs.text) == (room == corridor.key_room)
+            if room == corridor.key_room:  # every key on offer is named
+                assert f"Keys lie on the floor: {', '.join(corridor.keys)}." in obs.text
             hinted.append(hint)
             action = env.expert_action()[1]
             if action.startswith("take"):
@@ -164,6 +166,31 @@ def test_the_step_limit_is_horizon_plus_slack():
     examine = lambda obs: next(a for a in obs.admissible_actions if a.startswith("examine"))  # noqa: E731
     result, steps = play(env, "train-0", examine)
     assert steps == 4 + 3 + 1 and not result.success
+
+
+def test_an_action_not_admissible_changes_nothing():
+    """Any action off the admissible list, in any state along the way, a dead end included, costs a
+    step and changes nothing: no door passed, no key taken, no chest tried."""
+    env = testbed.TestbedEnv(horizon=4, doors=3, key_choices=3, delay=1, slack=500)
+    candidates = ([f"go through {c} door" for c in COLOURS] + [f"take {c} key" for c in COLOURS]
+                  + [f"examine {o}" for o in OBJECTS] + ["open chest", "go back", "look"])
+    tried = 0
+    for task_id in env.split_tasks("train")[:10]:
+        env.reset(task_id)
+        doors, way, _, _ = env.corridor.rooms[0]
+        env.step(f"go through {next(d for d in doors if d != way)} door")  # a dead end first
+        result = None
+        while result is None or not result.done:
+            state, text = (env.room, env.dead_end, env.key), env._observation().text
+            for action in candidates:
+                if action not in env.admissible_actions():
+                    after = env.step(action)
+                    assert (env.room, env.dead_end, env.key) == state and after.observation.text == text, action
+                    assert not after.done and after.reward == 0 and after.info["admissible"] is False
+                    tried += 1
+            result = env.step(env.expert_action()[1])
+        assert result.success
+    assert tried > 500
 
 
 def test_random_play_is_well_formed():

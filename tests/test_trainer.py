@@ -283,6 +283,23 @@ def test_critic_regresses_to_its_targets(tiny_model_dir):
     assert clipped.values(prompts, 100) == [0.0, 0.0]
 
 
+def test_an_unclipped_value_update_has_the_squared_errors_whole_gradient(tiny_model_dir):
+    """Where V = V_old (nothing clipped) the update's gradient is that of 0.5 x mean((V - R)^2),
+    measured on an identical critic by hand: the clipped branch's max must not take half of it."""
+    from agentrl.advantages.ppo import PPOConfig
+    from agentrl.critic import Critic
+
+    prompts, targets = [[5, 6, 7, 8], [9, 10, 11]], [1.0, -2.0]
+    config = PPOConfig(critic_lr=3e-3, value_clip=0.2, critic_grad_clip=1e6)
+    by_hand = Critic(str(tiny_model_dir), config)
+    (0.5 * ((by_hand(prompts) - torch.tensor(targets)) ** 2).mean()).backward()
+    norm = torch.sqrt(sum((p.grad ** 2).sum() for p in by_hand.parameters() if p.grad is not None)).item()
+    critic = Critic(str(tiny_model_dir), config)
+    metrics = critic.update(prompts, targets, critic.values(prompts, 100), 2, 100, random.Random(0))
+    assert norm > 0.1 and metrics["value_clipfrac"] == 0.0
+    assert metrics["grad_norm"] == pytest.approx(norm, rel=1e-5)
+
+
 def test_the_critics_own_settings_each_change_its_update(tiny_model_dir):
     """critic_grad_clip and critic_weight_decay act on the critic's optimiser step, and a value
     inside the clip range is not counted as clipped."""
@@ -720,6 +737,31 @@ def test_a_kl_in_the_loss_is_not_also_a_reward_penalty(choice_model_dir, tmp_pat
     for s in (s for t in trajectories for s in t.steps):
         assert s.penalty == (0.0 if s.valid else config.prompt.invalid_penalty)
     assert "rollout/kl_penalty" not in metrics and metrics["actor/kl"] > 0
+
+
+def test_the_reported_entropy_is_the_policys_mean_over_the_trained_tokens(choice_model_dir, tmp_path):
+    """actor/entropy is the mean per-token entropy of the policy (at the sampling temperature) over
+    the step's response tokens, whatever weights the loss gives them (one mini-batch, one epoch: the
+    weights that scored them are the ones that sampled)."""
+    import twostep
+
+    from agentrl.forward import response_logprobs
+    from agentrl.packing import TrainSample, collate
+
+    config = twostep.config(tmp_path, temperature=0.8, loss_agg="seq-mean-token-mean")
+    trainer = RLTrainer(config, str(choice_model_dir), tmp_path)
+    try:
+        trajectories = trainer.rollout(1)
+        total, tokens = 0.0, 0
+        for s in (s for t in trajectories for s in t.steps):
+            batch = collate([TrainSample.from_turn(s.prompt_ids, s.response_ids)], trainer.tokenizer.pad_token_id)
+            with torch.no_grad():
+                _, entropy = response_logprobs(trainer.model, batch, 0.8, entropy=True)
+            total, tokens = total + entropy.sum().item(), tokens + len(s.response_ids)
+        metrics = trainer.learn(trajectories, 1)
+    finally:
+        trainer.close()
+    assert tokens > 20 and metrics["actor/entropy"] == pytest.approx(total / tokens, rel=1e-4)
 
 
 def test_a_steps_token_counts_and_generation_throughput_by_hand(choice_model_dir, tmp_path):
