@@ -1,7 +1,7 @@
-"""Reviewer's pass 30 (issue 45): single breakages written apart from the suite, each with the
-verdict predicted before the run, on features the issue names: the testbed's tasks, actions and
-what it shows, the policy loss, the KL in the reward and the reported entropy, compare's
-statistics, PPO's critic, the HF sampler's weight push and log-probs. Run on a clone:
+"""Reviewer's pass 31 (issue 45): single breakages written apart from the suite, each with the
+verdict predicted before the run, on features the issue names: the shared decoder's kept cache,
+prefix trees and their layouts, ScienceWorld's splits, notebook and teleports, expert-data
+collection, and the update's sampler gap, TIS weights and mini-batches. Run on a clone:
     PYTEST_ADDOPTS="-n 2" .venv/bin/python tests/review_pass.py --root ../pass
 """
 
@@ -12,73 +12,71 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutants import MUTANTS, Mutant, run  # noqa: E402
 
-TESTBED = "src/agentrl/envs/testbed/env.py"
-POLICY = "src/agentrl/losses/policy.py"
-REFERENCE = "src/agentrl/losses/reference.py"
-STEP = "src/agentrl/losses/step.py"
-STATS = "src/agentrl/stats.py"
-CRITIC = "src/agentrl/critic.py"
-HF = "src/agentrl/sampler/hf.py"
-BED = ["test_testbed.py", "test_compare.py", "test_sft.py"]
-KL = ["test_actor.py", "test_trainer.py", "test_lora.py", "test_metrics.py"]
-COMPARE = ["test_compare.py"]
-VALUE = ["test_advantages.py", "test_trainer.py"]
-SAMPLER = ["test_trainer.py", "test_distributed.py", "test_pool.py"]
+DECODE = "src/agentrl/sampler/shared_decode.py"
+PACKING = "src/agentrl/packing.py"
+SCIENCEWORLD = "src/agentrl/envs/scienceworld/env.py"
+DATA = "src/agentrl/data.py"
+TRAINER = "src/agentrl/trainer.py"
+DECODER = ["test_actor.py", "test_full_history.py"]
+TREES = ["test_packing.py", "test_full_history.py", "test_actor.py"]
+SW = ["test_scienceworld.py", "test_config.py", "test_settings.py"]
+EXPERT = ["test_sft.py", "test_testbed.py", "test_alfworld.py", "test_settings.py"]
+UPDATE = ["test_trainer.py", "test_distributed.py", "test_gcd.py"]
 
 # (mutant, predicted verdict)
 PASS = [
-    (Mutant("testbed: every split's tasks are training tasks", TESTBED,
-            'return [f"{split}-{i}" for i in range(size)]', 'return [f"train-{i}" for i in range(size)]', BED),
+    (Mutant("kept cache: a dropped sequence's bytes still counted", DECODE,
+            "            self.bytes -= self.entries.pop(key)[2]\n", "            self.entries.pop(key)\n", DECODER),
      "killed"),
-    (Mutant("testbed: an action not on the admissible list applied", TESTBED,
-            "admissible = action in self.admissible_actions()", "admissible = action is not None", BED), "killed"),
-    (Mutant("testbed: any key taken is the chest's", TESTBED,
-            "self.key = action.split()[1]", "self.key = self.corridor.goal", BED), "killed"),
-    (Mutant("testbed: doors offered in the chest's room", TESTBED,
-            'actions = [] if self._last() else [f"go through {d} door" for d in doors]',
-            'actions = [f"go through {d} door" for d in doors]', BED), "killed"),
-    (Mutant("testbed: only the first key named on the floor", TESTBED,
-            "parts.append(f\"Keys lie on the floor: {', '.join(c.keys)}.\")",
-            'parts.append(f"Keys lie on the floor: {c.keys[0]}.")', BED), "survived"),
-    (Mutant("testbed: the task does not name the chest's colour", TESTBED,
-            'task = f"reach the last room and open the {c.goal} chest."', 'task = "reach the last room and open the chest."',
-            BED), "survived"),
-    (Mutant("testbed: the expert walks past the key's room", TESTBED,
-            "            if self.room < c.key_room:", "            if self.room <= c.key_room:", BED), "killed"),
-    (Mutant("ppo clip: the optimistic objective (minimum of the two)", POLICY,
-            "loss = torch.maximum(unclipped, clipped)", "loss = torch.minimum(unclipped, clipped)", KL), "killed"),
-    (Mutant("dual clip: every negative advantage counted as dual-clipped", POLICY,
-            'counts["pg_clipfrac_dual"] = dual.float().sum()', 'counts["pg_clipfrac_dual"] = (advantages < 0).float().sum()',
-            KL + ["test_kernels.py"]), "killed"),
-    (Mutant("kl in reward: the penalty always k1, whatever rl.kl_estimator", REFERENCE,
-            "self.coef, self.kl = coef, KL_ESTIMATORS.get(estimator)", 'self.coef, self.kl = coef, KL_ESTIMATORS.get("k1")',
-            KL), "killed"),
-    (Mutant("entropy: the reported entropy weighted by the loss aggregation", STEP,
-            'per_token={"entropy": entropy.sum().detach()}', 'per_token={"entropy": (batch.weight * entropy).sum().detach()}',
-            KL), "survived"),
-    (Mutant("compare: P(A>B)'s interval at 90%", STATS,
-            "confidence_level=confidence, n_resamples=RESAMPLES, method=\"percentile\",\n                             rng=np.random.default_rng(seed))\n    return float(result",
-            "confidence_level=0.9, n_resamples=RESAMPLES, method=\"percentile\",\n                             rng=np.random.default_rng(seed))\n    return float(result",
-            COMPARE), "survived"),
-    (Mutant("compare: seeds to detect a difference one fewer than needed", STATS,
-            "            return seeds\n", "            return seeds - 1\n", COMPARE), "killed"),
-    (Mutant("critic: the value head's weight not zeroed (V does not start at 0)", CRITIC,
-            "        torch.nn.init.zeros_(self.head.weight)\n", "", VALUE), "killed"),
-    (Mutant("critic: the clipped branch detached (the value gradient halved where unclipped)", CRITIC,
-            "clipped = old + torch.clamp(v - old, -c, c)", "clipped = old + torch.clamp(v - old, -c, c).detach()",
-            VALUE), "survived"),
-    (Mutant("critic: explained variance reported as its complement", CRITIC,
-            '"critic/explained_variance": 1 - residual / var if var > 0 else 0.0',
-            '"critic/explained_variance": residual / var if var > 0 else 0.0', VALUE), "killed"),
-    (Mutant("critic: every step's mini-batches in the same order", CRITIC,
-            'random.Random(step_seed(self.seed, batch.step, "critic"))', "random.Random(self.seed)", VALUE),
+    (Mutant("kept cache: cleared on new weights, its byte count kept", DECODE,
+            "        self.leads.clear()\n        self.bytes = 0\n", "        self.leads.clear()\n", DECODER), "survived"),
+    (Mutant("kept cache: sequences looked up by one token fewer than they are filed by", DECODE,
+            "for key in self.leads.get(tuple(tokens[:self.LEAD]), ()):",
+            "for key in self.leads.get(tuple(tokens[:self.LEAD - 1]), ()):", DECODER), "killed"),
+    (Mutant("prefix trees: a row's length counted unpacked", PACKING,
+            "        total += len(s.ids) - _shared(prefix, previous)\n", "        total += len(s.ids)\n", TREES),
      "survived"),
-    (Mutant("sampler: a pushed weight copied only into the tensor it already is", HF,
-            "if params[name].data_ptr() != tensor.data_ptr():", "if params[name].data_ptr() == tensor.data_ptr():",
-            SAMPLER), "killed"),
-    (Mutant("hf generate: log-probs at temperature 1 whatever the sampling temperature", HF,
-            "temperature = 1.0 if greedy else params.temperature", "temperature = 1.0", SAMPLER + ["test_actor.py"]),
-     "killed"),
+    (Mutant("prefix trees: a layout's work without its attention pairs", PACKING,
+            "total += len(chunk) * width * (1 + pair_cost * width)", "total += len(chunk) * width", TREES), "survived"),
+    (Mutant("prefix trees: only the modelled layout tried", PACKING,
+            "for cost in dict.fromkeys((pack.pair_cost, 0.0))]", "for cost in (pack.pair_cost,)]", TREES), "survived"),
+    (Mutant("prefix trees: subtree ends propagated parents first (one level only)", PACKING,
+            "for column in range(n - 1, -1, -1):", "for column in range(n):", TREES), "killed"),
+    (Mutant("prefix trees: a new row counted empty", PACKING,
+            "            rows.append([s])\n            used = n\n", "            rows.append([s])\n            used = 0\n", TREES),
+     "survived"),
+    (Mutant("scienceworld notebook: a teleport not noted as an arrival", SCIENCEWORLD,
+            'ARRIVED = re.compile(r"You (?:move|teleport) to the (.+?)\\.")', 'ARRIVED = re.compile(r"You move to the (.+?)\\.")',
+            SW), "survived"),
+    (Mutant("scienceworld teleports: a door opened then a walk elsewhere merged into one teleport", SCIENCEWORLD,
+            "gold[j + 1] == GO + gold[j][len(OPEN_DOOR):]:", "gold[j + 1].startswith(GO):", SW), "survived"),
+    (Mutant("scienceworld notebook: keeps the last 6 moves, not 12", SCIENCEWORLD,
+            "    keep: int = 12\n", "    keep: int = 6\n", SW), "killed"),
+    (Mutant("scienceworld: env.train_task_types narrows the evaluation splits too", SCIENCEWORLD,
+            'if split == "train" and self.train_task_types is not None:', "if self.train_task_types is not None:", SW),
+     "survived"),
+    (Mutant("expert data: detours played in worker processes (the rng stream not shared)", DATA,
+            "if workers <= 1 or detours:", "if workers <= 1:", EXPERT), "survived"),
+    (Mutant("expert data: every episode counted as kept", DATA,
+            "kept += bool(examples)", "kept += 1", EXPERT), "killed"),
+    (Mutant("expert data: meta tags explore and monitor swapped", DATA,
+            '"explore" if _goes_somewhere_new(action, visited) else "monitor"',
+            '"monitor" if _goes_somewhere_new(action, visited) else "explore"', EXPERT), "survived"),
+    (Mutant("update: the actor-sampler log-ratio reversed (TIS weights and gap inverted)", TRAINER,
+            "log_ratio = actor_logp.float().cpu() - torch.tensor(sample.old_logprobs)",
+            "log_ratio = torch.tensor(sample.old_logprobs) - actor_logp.float().cpu()", UPDATE), "killed"),
+    (Mutant("update: processed tokens counted as trained tokens", TRAINER,
+            "computed += sum(b.n_computed for batches, _ in parts for b in batches)",
+            "computed += sum(b.n_tokens for batches, _ in parts for b in batches)", UPDATE), "killed"),
+    (Mutant("update: an auxiliary loss's tokens counted on this rank only", TRAINER,
+            "aux_tokens = distributed.all_sum([sum(s.n_targets for s in share)])[0]",
+            "aux_tokens = sum(s.n_targets for s in share)", UPDATE), "survived"),
+    (Mutant("update: every step's samples in the same order", TRAINER,
+            "orders = epoch_orders(len(batch.samples), groups, rl.epochs, self.config.seed, step)",
+            "orders = epoch_orders(len(batch.samples), groups, rl.epochs, self.config.seed, 0)", UPDATE), "survived"),
+    (Mutant("update: the mini-batch count rounded down", TRAINER,
+            "n_chunks = -(-int(distributed.all_sum([len(batch.samples)])[0]) // rl.mini_batch_size)",
+            "n_chunks = int(distributed.all_sum([len(batch.samples)])[0]) // rl.mini_batch_size", UPDATE), "killed"),
 ]
 
 
