@@ -128,6 +128,19 @@ def test_a_sample_joins_a_row_only_when_sharing_pays_for_the_longer_attention(ti
     assert micro_batches(samples[1:], 10**6, pack=cost)[0].subtree_end is None
 
 
+def test_the_layout_with_less_padding_is_taken_where_its_modelled_work_is_less():
+    """At a pair cost of 0.01: two 100-token samples sharing 90 leading tokens make a row of 110,
+    and a 20-token one sharing 10 would lengthen it to 120 (2,300 more attention pairs for 10
+    tokens saved), so by the joining rule it starts a row of its own. In one micro-batch that row
+    pads to 110: 2 x 110 x (1 + 0.01 x 110) = 462 of modelled work, against one row of all three,
+    120 x (1 + 0.01 x 120) = 264 (one row per sample: 600). The row of 120 is taken."""
+    def sample(shared, i, n):
+        return TrainSample.from_turn(list(range(3, 3 + shared)) + [200 + i] * (n - 5 - shared), [100 + i] * 5)
+
+    samples = [sample(90, 0, 100), sample(90, 1, 100), sample(10, 2, 20)]
+    assert micro_batches(samples, 10**6, pack=Packing(pair_cost=0.01))[0].input_ids.shape == (1, 120)
+
+
 def test_a_suffix_never_sees_another_suffix(tiny_model_dir):
     """Changing one sample's response leaves every other sample's log-probs in its row untouched
     (and changing the shared prompt changes them all)."""

@@ -331,6 +331,25 @@ def test_the_notebook_keeps_the_last_moves_it_has_room_for():
     for move in ["pick up thermometer", "open freezer", "move ice to pot", "activate stove", "wait1"]:
         book.record(move, "You do it.")
     assert book.text() == "In: kitchen. Been in: kitchen. Done: move ice to pot; activate stove; wait1."
+    default = Notebook("kitchen", ["kitchen"])  # env.memory's notebook: the last 12 moves
+    for n in range(14):
+        default.record(f"wait{n}", "You do it.")
+    assert default.text().endswith("Done: " + "; ".join(f"wait{n}" for n in range(2, 14)) + ".")
+
+
+def test_a_teleport_is_an_arrival_and_only_a_walk_to_the_door_opened_becomes_one():
+    """The notebook takes the engine's "You teleport to the X." as arriving in X, as it takes "You
+    move to the X."; and the teleporting expert merges `open door to X` only with a `go to X` to the
+    same place (a door opened and a walk elsewhere stay two moves)."""
+    from agentrl.envs.scienceworld.env import Notebook, teleported
+
+    book = Notebook("hallway", ["hallway"])
+    book.record("teleport to kitchen", "You teleport to the kitchen.")
+    book.record("go to workshop", "You move to the workshop.")
+    book.record("open freezer", "The freezer is now open.")
+    assert book.text() == "In: workshop. Been in: hallway, kitchen, workshop. Done: open freezer."
+    walks = ["open door to kitchen", "go to hallway", "open door to greenhouse", "go to greenhouse"]
+    assert teleported(walks) == ["open door to kitchen", "go to hallway", "teleport to greenhouse"]
 
 
 def test_a_cut_objects_list_ends_at_a_whole_name(env):

@@ -39,6 +39,13 @@ def test_expert_data_from_worker_processes_is_the_same_file(tmp_path):
     assert serial == parallel and serial["examples"] > 0
     assert serial["successful"] < serial["kept"] == 6  # most lost, all kept
     assert (tmp_path / "s.jsonl").read_bytes() == (tmp_path / "p.jsonl").read_bytes()
+    # Detours draw from one random stream: asked for workers, they are played here in order.
+    for workers in (0, 2):
+        collect_expert_data(make_env(config), prompt, 8, tmp_path / f"detours{workers}.jsonl", 3, detours=0.5,
+                            workers=workers, env_config=config)
+    assert (tmp_path / "detours0.jsonl").read_bytes() == (tmp_path / "detours2.jsonl").read_bytes()
+    collect_expert_data(make_env(config), prompt, 8, tmp_path / "straight.jsonl", 3)
+    assert (tmp_path / "detours0.jsonl").read_bytes() != (tmp_path / "straight.jsonl").read_bytes()
 
 
 def test_expert_data_workers_from_a_script_without_main_guard_name_it(tmp_path):

@@ -162,6 +162,33 @@ def test_every_epoch_deals_whole_task_groups():
     assert len(set(steps)) > 4 and epoch_orders(12, groups, 1, 0, 3)[0] == list(steps[2])  # drawn from (seed, step)
 
 
+def test_each_step_shuffles_its_samples_into_mini_batches_of_its_own(choice_model_dir, tmp_path, monkeypatch):
+    """rl.mini_batch_order shuffled: the order is drawn from the run's seed and the step, so the same
+    rollouts learned at step 1 and at step 2 are cut into different mini-batches, and at step 1
+    again into the same ones."""
+    import twostep
+
+    from agentrl import trainer as trainer_module
+
+    seen, split = [], trainer_module.mini_batch_split
+
+    def recorded(samples, *args):
+        chunks = split(samples, *args)
+        seen.append([sorted(tuple(s.ids) for s in chunk) for chunk in chunks])
+        return chunks
+
+    monkeypatch.setattr(trainer_module, "mini_batch_split", recorded)
+    trainer = RLTrainer(twostep.config(tmp_path, mini_batch_size=4), str(choice_model_dir), tmp_path)
+    try:
+        trajectories = trainer.rollout(1)
+        for step in (1, 2, 1):
+            trainer.learn(trajectories, step)
+    finally:
+        trainer.close()
+    assert len(seen) == 3 and len(seen[0]) >= 3
+    assert seen[0] != seen[1] and seen[0] == seen[2]
+
+
 def test_grouped_mini_batches_compute_fewer_tokens_on_the_same_rollouts(tiny_model_dir, tmp_path):
     """Mini-batches of whole task groups keep each group's shared prompts together: the same step
     samples, fewer computed tokens."""
@@ -509,11 +536,11 @@ def gloo_rank(rank, world, port):
 
 
 @leaves_like_a_launched_rank
-def two_rank_learn(rank, world, port, model_dir, out_dir):
+def two_rank_learn(rank, world, port, model_dir, out_dir, rl=None):
     import twostep
 
     with gloo_rank(rank, world, port):
-        config = twostep.config(out_dir, **AGGREGATION_RL, actor={"backend": "fsdp2"})
+        config = twostep.config(out_dir, **AGGREGATION_RL, **(rl or {}), actor={"backend": "fsdp2"})
         trainer = RLTrainer(config, model_dir, Path(out_dir) / f"rank{rank}")
         trajectories = trainer.rollout(1)
         (Path(out_dir) / f"trajectories{rank}.json").write_text(trajectories_to_json(trajectories))
@@ -553,6 +580,36 @@ def test_two_ranks_update_like_one_process_through_the_trainer(choice_model_dir,
     sharded = json.loads((tmp_path / "metrics.json").read_text())
     for key in ("actor/grad_norm", "actor/pg_loss", "actor/entropy", "actor/kl", "tokens/response"):
         assert sharded[key] == pytest.approx(metrics[key], rel=1e-4, abs=1e-7), key
+    weights = load_file(tmp_path / "weights.safetensors")
+    single = dict(trainer.model.state_dict())
+    for name, value in weights.items():
+        assert torch.allclose(value, single[name], atol=2e-5, rtol=0), name
+
+
+def test_an_auxiliary_loss_on_two_ranks_updates_like_one_process(choice_model_dir, tmp_path):
+    """Each rank draws the same chat examples for `chat_sft`; its loss is normalised by every rank's
+    tokens of it, so the update equals one process's (a rank-local count would count them twice)."""
+    import torch.multiprocessing as mp
+    import twostep
+    from test_distributed import free_port
+
+    data = tmp_path / "chat.jsonl"
+    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"pick {i}"},
+                                                      {"role": "assistant", "content": twostep.response("ab"[i % 2])}]})
+                            + "\n" for i in range(6)))
+    aux = {"aux": [{"type": "chat_sft", "data": str(data), "batch_size": 4, "weight": 1.0}]}
+    mp.spawn(two_rank_learn, args=(2, free_port(), str(choice_model_dir), str(tmp_path), aux), nprocs=2)
+    ranks = [trajectories_from_json((tmp_path / f"trajectories{r}.json").read_text()) for r in (0, 1)]
+    trainer = RLTrainer(twostep.config(tmp_path / "single", **AGGREGATION_RL, **aux), str(choice_model_dir),
+                        tmp_path / "single")
+    try:
+        metrics = trainer.learn(ranks[0] + ranks[1], 1)
+    finally:
+        trainer.close()
+    sharded = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["aux/sft/loss"] > 0.1
+    for key in ("actor/grad_norm", "aux/sft/loss"):
+        assert sharded[key] == pytest.approx(metrics[key], rel=1e-4), key
     weights = load_file(tmp_path / "weights.safetensors")
     single = dict(trainer.model.state_dict())
     for name, value in weights.items():

@@ -78,7 +78,7 @@ class ScienceWorldEnvConfig(Section):
     on with time): expert data keeps only episodes that finish."""
     memory: bool = False
     """Give each observation the episode's notebook (the room the agent is in, the rooms it has
-    been in, the moves the engine carried out), for the prompt's {memory} field."""
+    been in, the last 12 moves the engine carried out), for the prompt's {memory} field."""
     reject_unparsed: bool = False
     """A move the engine's parser does not understand (or a reply with no action) is rejected
     rather than played (`try_step`): nothing changes, no step is counted, and with
