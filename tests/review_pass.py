@@ -1,7 +1,9 @@
-"""Reviewer's pass 31 (issue 45): single breakages written apart from the suite, each with the
-verdict predicted before the run, on features the issue names: the shared decoder's kept cache,
-prefix trees and their layouts, ScienceWorld's splits, notebook and teleports, expert-data
-collection, and the update's sampler gap, TIS weights and mini-batches. Run on a clone:
+"""Reviewer's pass 32 (issue 45): single breakages written apart from the suite, each with the
+verdict predicted before the run, on lines no table mutant touches: GCD's judge (its accuracy,
+endpoint and correction settings, its metrics), the rollout loop (progress, per-rank sampling
+seeds, filtered groups' redraws, retries, the async batch window), prompts and expert tags,
+NTHR's positive set, the household layouts, the overlapped sampler's checks and the memory plan's
+parameter counts. Run on a clone:
     PYTEST_ADDOPTS="-n 2" .venv/bin/python tests/review_pass.py --root ../pass
 """
 
@@ -12,71 +14,70 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutants import MUTANTS, Mutant, run  # noqa: E402
 
-DECODE = "src/agentrl/sampler/shared_decode.py"
-PACKING = "src/agentrl/packing.py"
-SCIENCEWORLD = "src/agentrl/envs/scienceworld/env.py"
+GCD = "src/agentrl/gcd/loss.py"
+COLLECT = "src/agentrl/rollout/collect.py"
+PROMPTING = "src/agentrl/prompting.py"
 DATA = "src/agentrl/data.py"
-TRAINER = "src/agentrl/trainer.py"
-DECODER = ["test_actor.py", "test_full_history.py"]
-TREES = ["test_packing.py", "test_full_history.py", "test_actor.py"]
-SW = ["test_scienceworld.py", "test_config.py", "test_settings.py"]
-EXPERT = ["test_sft.py", "test_testbed.py", "test_alfworld.py", "test_settings.py"]
-UPDATE = ["test_trainer.py", "test_distributed.py", "test_gcd.py"]
+PLAN = "src/agentrl/plan.py"
+JUDGE = ["test_gcd.py", "test_config.py"]
+ROLLOUT = ["test_rollout_modes.py", "test_trainer.py", "test_distributed.py"]
+PROMPTS = ["test_prompting.py", "test_full_history.py", "test_sft.py"]
 
 # (mutant, predicted verdict)
 PASS = [
-    (Mutant("kept cache: a dropped sequence's bytes still counted", DECODE,
-            "            self.bytes -= self.entries.pop(key)[2]\n", "            self.entries.pop(key)\n", DECODER),
-     "killed"),
-    (Mutant("kept cache: cleared on new weights, its byte count kept", DECODE,
-            "        self.leads.clear()\n        self.bytes = 0\n", "        self.leads.clear()\n", DECODER), "survived"),
-    (Mutant("kept cache: sequences looked up by one token fewer than they are filed by", DECODE,
-            "for key in self.leads.get(tuple(tokens[:self.LEAD]), ()):",
-            "for key in self.leads.get(tuple(tokens[:self.LEAD - 1]), ()):", DECODER), "killed"),
-    (Mutant("prefix trees: a row's length counted unpacked", PACKING,
-            "        total += len(s.ids) - _shared(prefix, previous)\n", "        total += len(s.ids)\n", TREES),
+    (Mutant("GCD evaluation: an unparseable verdict counted right", GCD,
+            "statistics.fmean(v == x.label for v, x in zip(verdicts, chosen))",
+            "statistics.fmean(v in (x.label, None) for v, x in zip(verdicts, chosen))", JUDGE), "survived"),
+    (Mutant("classifier judge: a logit of exactly 0 read as good", GCD,
+            "((logits > 0).float() == batch.target)", "((logits >= 0).float() == batch.target)", JUDGE),
      "survived"),
-    (Mutant("prefix trees: a layout's work without its attention pairs", PACKING,
-            "total += len(chunk) * width * (1 + pair_cost * width)", "total += len(chunk) * width", TREES), "survived"),
-    (Mutant("prefix trees: only the modelled layout tried", PACKING,
-            "for cost in dict.fromkeys((pack.pair_cost, 0.0))]", "for cost in (pack.pair_cost,)]", TREES), "survived"),
-    (Mutant("prefix trees: subtree ends propagated parents first (one level only)", PACKING,
-            "for column in range(n - 1, -1, -1):", "for column in range(n):", TREES), "killed"),
-    (Mutant("prefix trees: a new row counted empty", PACKING,
-            "            rows.append([s])\n            used = n\n", "            rows.append([s])\n            used = 0\n", TREES),
+    (Mutant("judge endpoint: agreement of all asks refused", GCD,
+            "        if self.agree > self.asks:\n", "        if self.agree >= self.asks:\n", JUDGE), "survived"),
+    (Mutant("GCD metrics: every labelled step counted too long", GCD,
+            '"too_long": float(len(labelled) - len(fitting))', '"too_long": float(len(labelled))', JUDGE),
      "survived"),
-    (Mutant("scienceworld notebook: a teleport not noted as an arrival", SCIENCEWORLD,
-            'ARRIVED = re.compile(r"You (?:move|teleport) to the (.+?)\\.")', 'ARRIVED = re.compile(r"You move to the (.+?)\\.")',
-            SW), "survived"),
-    (Mutant("scienceworld teleports: a door opened then a walk elsewhere merged into one teleport", SCIENCEWORLD,
-            "gold[j + 1] == GO + gold[j][len(OPEN_DOOR):]:", "gold[j + 1].startswith(GO):", SW), "survived"),
-    (Mutant("scienceworld notebook: keeps the last 6 moves, not 12", SCIENCEWORLD,
-            "    keep: int = 12\n", "    keep: int = 6\n", SW), "killed"),
-    (Mutant("scienceworld: env.train_task_types narrows the evaluation splits too", SCIENCEWORLD,
-            'if split == "train" and self.train_task_types is not None:', "if self.train_task_types is not None:", SW),
-     "survived"),
-    (Mutant("expert data: detours played in worker processes (the rng stream not shared)", DATA,
-            "if workers <= 1 or detours:", "if workers <= 1:", EXPERT), "survived"),
-    (Mutant("expert data: every episode counted as kept", DATA,
-            "kept += bool(examples)", "kept += 1", EXPERT), "killed"),
-    (Mutant("expert data: meta tags explore and monitor swapped", DATA,
-            '"explore" if _goes_somewhere_new(action, visited) else "monitor"',
-            '"monitor" if _goes_somewhere_new(action, visited) else "explore"', EXPERT), "survived"),
-    (Mutant("update: the actor-sampler log-ratio reversed (TIS weights and gap inverted)", TRAINER,
-            "log_ratio = actor_logp.float().cpu() - torch.tensor(sample.old_logprobs)",
-            "log_ratio = torch.tensor(sample.old_logprobs) - actor_logp.float().cpu()", UPDATE), "killed"),
-    (Mutant("update: processed tokens counted as trained tokens", TRAINER,
-            "computed += sum(b.n_computed for batches, _ in parts for b in batches)",
-            "computed += sum(b.n_tokens for batches, _ in parts for b in batches)", UPDATE), "killed"),
-    (Mutant("update: an auxiliary loss's tokens counted on this rank only", TRAINER,
-            "aux_tokens = distributed.all_sum([sum(s.n_targets for s in share)])[0]",
-            "aux_tokens = sum(s.n_targets for s in share)", UPDATE), "survived"),
-    (Mutant("update: every step's samples in the same order", TRAINER,
-            "orders = epoch_orders(len(batch.samples), groups, rl.epochs, self.config.seed, step)",
-            "orders = epoch_orders(len(batch.samples), groups, rl.epochs, self.config.seed, 0)", UPDATE), "survived"),
-    (Mutant("update: the mini-batch count rounded down", TRAINER,
-            "n_chunks = -(-int(distributed.all_sum([len(batch.samples)])[0]) // rl.mini_batch_size)",
-            "n_chunks = int(distributed.all_sum([len(batch.samples)])[0]) // rl.mini_batch_size", UPDATE), "killed"),
+    (Mutant("GCD settings: prompt correction allowed with the classifier judge", GCD,
+            '        if self.correction and self.judge == "classifier":\n'
+            '            raise ValueError("prompt correction needs the generative judge\'s critiques (judge: generative)")\n',
+            "", JUDGE), "killed"),
+    (Mutant("rollout: episodes aborted at reset never reported finished", COLLECT,
+            "    finished(len(episodes) - len(active))\n", "", ROLLOUT), "survived"),
+    (Mutant("rollout: every rank samples with the same seed", COLLECT,
+            '"sampling" if world == 1 else f"sampling:{rank}"', '"sampling"', ROLLOUT), "survived"),
+    (Mutant("filtered groups: redraws sized as if every new group will differ", COLLECT,
+            "max(rate, 1 / share)", "max(rate, 1.0)", ROLLOUT), "survived"),
+    (Mutant("retries: a state without an admissible list retried", COLLECT,
+            "        if not e.observation.admissible_actions:\n            return True\n",
+            "        if not e.observation.admissible_actions:\n            return False\n", ROLLOUT), "survived"),
+    (Mutant("async rollout: the batch window waited out with no environment busy", COLLECT,
+            "if not streaming and in_env and time.perf_counter() < first_ready + batch_window_s:",
+            "if not streaming and time.perf_counter() < first_ready + batch_window_s:", ROLLOUT), "survived"),
+    (Mutant("prompts: an empty history shown as nothing", PROMPTING,
+            'history="\\n".join(lines) or "(none)"', 'history="\\n".join(lines)', PROMPTS), "killed"),
+    (Mutant("reasoning tag: a tag after the action counts", PROMPTING,
+            "    end = action if action >= 0 else len(lower)\n", "    end = len(lower)\n", PROMPTS), "survived"),
+    (Mutant("expert tags: every go-to tagged as exploring", DATA,
+            "    new = action not in visited\n", "    new = True\n", PROMPTS), "killed"),
+    (Mutant("chat datasets: a line of spaces read as JSON", DATA,
+            "        if not line.strip():\n", "        if not line:\n", PROMPTS), "survived"),
+    (Mutant("NTHR: zero-advantage samples counted positive", "src/agentrl/advantages/nthr.py",
+            "pos = [i for i in members if advantages[i] > 0]", "pos = [i for i in members if advantages[i] >= 0]",
+            ["test_nthr.py", "test_trainer.py"]), "survived"),
+    (Mutant("household: objects placed in appliances", "src/agentrl/envs/household/world.py",
+            "        return [r for r in self.receptacles if r not in APPLIANCES]\n",
+            "        return list(self.receptacles)\n", ["test_household.py", "test_prompting.py"]), "survived"),
+    (Mutant("household: a second container of a kind given the first's name", "src/agentrl/envs/household/world.py",
+            "        counts[kind] = counts.get(kind, 0) + 1\n", "        counts[kind] = 1\n",
+            ["test_household.py", "test_prompting.py"]), "killed"),
+    (Mutant("overlap: a step played other than the one due taken", "src/agentrl/rollout/ahead.py",
+            "        if played != step:\n", "        if played > step:\n", ["test_overlap.py"]), "survived"),
+    (Mutant("plan: one norm per layer", PLAN,
+            "return attention + 3 * h * self.intermediate + 2 * h", "return attention + 3 * h * self.intermediate + h",
+            ["test_plan.py"]), "killed"),
+    (Mutant("plan: LoRA's parameters counted by the wider side only", PLAN,
+            "lora.r * sum(shapes[m])", "lora.r * max(shapes[m])", ["test_plan.py"]), "killed"),
+    (Mutant("plan: a tiny model's kv heads not capped by its heads", PLAN,
+            "min(tiny.kv_heads, tiny.hidden_size // 64)", "tiny.kv_heads", ["test_plan.py"]), "survived"),
 ]
 
 
