@@ -114,6 +114,9 @@ def test_gcd_loss_trains_only_judgment_tokens(tiny_model_dir):
     batch_out = loss.prepare([t], step=1)
     assert len(batch_out.samples) == 2 * 3  # one good + one bad pair, 3 judgments each
     assert batch_out.metrics["pairs"] == 2 and 0 <= batch_out.metrics["judge_accuracy"] <= 1
+    assert batch_out.metrics["too_long"] == 0  # every labelled step fits the context
+    # A random model gives no verdict: wrong on both pairs, whatever their labels.
+    assert loss.evaluate([t], seed=0) == {"judge_accuracy": 0.0, "verdict_parse_rate": 0.0, "judge_pairs": 2}
     # Make the advantages non-zero so a gradient exists (a random model's verdicts all score 0).
     for i, s in enumerate(batch_out.samples):
         s.advantages = [1.0 if i % 2 else -1.0] * s.n_targets
@@ -445,6 +448,11 @@ def test_classifier_judge_learns_its_labels_through_the_actor(tiny_model_dir):
     actor = SingleActor(model, OptimConfig(lr=1e-3), judge.head.parameters())
     t = traj(["start", "A", "B", "A", "C"], success=True)
     samples = judge.prepare([t], step=1).samples
+    # The untrained head's logit is 0 (probability 1/2), which calls nothing good: right on the bad
+    # pair only.
+    for s in samples:
+        one = micro_batches([s], 10**6, tokenizer.pad_token_id)[0]
+        assert judge.hidden_loss(actor.token_hidden(one), one)[1]["judge_accuracy"] == (s.target[0] == 0.0)
     # Each pair's target is its own step's label: step 0 (into a state seen again) bad, the winning
     # step good; the head reads the judge's prompt for that step.
     from agentrl.gcd.judge import judge_ids

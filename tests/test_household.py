@@ -4,7 +4,8 @@ import pytest
 
 from agentrl.envs.base import sample_tasks
 from agentrl.envs.household import HouseholdEnv
-from agentrl.envs.household.world import DESK, HELD_OUT_TYPES, IN_DOMAIN_TYPES, make_task, receptacle_kind
+from agentrl.envs.household.world import (APPLIANCES, DESK, HELD_OUT_TYPES, IN_DOMAIN_TYPES, make_layout, make_task,
+                                          receptacle_kind)
 
 
 @pytest.mark.parametrize("difficulty", ["easy", "medium", "hard"])
@@ -170,8 +171,8 @@ def test_looking_examining_and_closing_are_labelled_as_no_help():
 @pytest.mark.parametrize("difficulty", ["easy", "hard"])
 def test_a_task_places_exactly_its_own_objects_and_never_targets_the_desk(difficulty):
     """The distractors are other kinds (an extra object of the task's kind would make "put two"
-    and "take the first you see" easier than the expert's plan), and the target is never the desk
-    (the lamp's place)."""
+    and "take the first you see" easier than the expert's plan); objects lie in storage, never in an
+    appliance, and the target is never an appliance nor the desk (the lamp's place)."""
     env = HouseholdEnv(difficulty)
     for split in ["train", "l1", "l2"]:
         for task_id in env.split_tasks(split)[:100]:
@@ -179,7 +180,22 @@ def test_a_task_places_exactly_its_own_objects_and_never_targets_the_desk(diffic
             own = [o for o, _ in task.placement if receptacle_kind(o) == task.object_kind]
             assert len(own) == (2 if task.task_type == "pick_two_obj_and_place" else 1), task_id
             assert task.target_kind != receptacle_kind(DESK), task_id
+            assert not {r for _, r in task.placement} & set(APPLIANCES), task_id
+            assert task.task_type == "look_at_obj_in_light" or f"{task.target_kind} 1" not in APPLIANCES, task_id
 
+
+@pytest.mark.parametrize("difficulty", ["medium", "hard"])
+def test_receptacles_of_a_kind_are_numbered_from_one(difficulty):
+    """A room's two drawers are drawer 1 and drawer 2: every receptacle's name is its own."""
+    rooms_with_a_second = 0
+    for layout_id in range(60):
+        names = make_layout(difficulty, layout_id).receptacles
+        numbers: dict[str, list[int]] = {}
+        for name in names:
+            numbers.setdefault(receptacle_kind(name), []).append(int(name.rsplit(" ", 1)[1]))
+        assert all(sorted(n) == list(range(1, len(n) + 1)) for n in numbers.values()), names
+        rooms_with_a_second += any(len(n) > 1 for n in numbers.values())
+    assert rooms_with_a_second > 10
 
 def test_sampled_tasks_cover_the_split_and_each_task_type():
     """With replacement, every task equally likely: 2,000 draws from 100 tasks reach each of them,

@@ -60,6 +60,10 @@ def test_nthr_scales_only_negative_samples_of_mixed_groups(tiny_model_dir):
     scales, metrics = nthr_scales(model, samples[:2], [1.0, -1.0], [0, 0], NTHRConfig(tau=1e9, eta=0.5), 1.0, 0,
                                   10_000)
     assert scales == {1: [1.0, 1.0]} and metrics["nthr/downweighted_share"] == 0.0
+    # A sample of advantage 0 is not positive: a group of it and a negative one is untouched.
+    scales, metrics = nthr_scales(model, samples[:2], [0.0, -1.0], [0, 0], NTHRConfig(tau=-1e9, eta=0.5), 1.0, 0,
+                                  10_000)
+    assert scales == {} and metrics == {"nthr/negative_tokens": 0.0, "nthr/downweighted_share": 0.0}
 
 
 def test_the_step_batch_writes_each_advantage_once_times_its_token_scales():

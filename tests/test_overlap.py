@@ -131,6 +131,14 @@ def test_a_sampler_that_cannot_start_stops_the_run_with_its_cause(tmp_path, back
         ahead.close()
 
 
+def test_an_answer_for_another_step_than_the_one_due_stops_the_run(ahead):
+    """The sampler answers steps in the order asked: step 1's rollout taken where step 2 is due is
+    a broken link, not a rollout to train on."""
+    process, model = ahead
+    process.start(0, model.named_parameters(), lambda step: "")
+    with pytest.raises(RunError, match="the sampler played RL step 1 where step 2 was due"):
+        process.take(2, {})
+
 def test_a_step_sampled_more_than_k_updates_behind_stops_the_run(ahead):
     process, model = ahead
     process.start(0, model.named_parameters(), lambda step: "")

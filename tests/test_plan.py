@@ -149,6 +149,38 @@ def test_the_parameter_count_is_the_models_own(tiny_model_dir):
     assert arch.tied and arch.params == load_model(str(tiny_model_dir)).num_parameters()
 
 
+def test_a_tiny_model_is_planned_as_init_builds_it_with_kv_heads_capped_by_its_heads(tmp_path):
+    """`init.kv_heads` above hidden_size / 64: init builds as many key/value heads as heads, and the
+    plan counts what it builds (the vocabulary aside: a small corpus trains fewer tokens)."""
+    import dataclasses
+
+    from agentrl.models import init_tiny_model
+    from agentrl.plan import Architecture
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"go to shelf {i}"}]}) + "\n"
+                              for i in range(20)))
+    config = load_config(ROOT / "recipes" / "demo.yaml", ["init.hidden_size=128", "init.kv_heads=8", "init.layers=1",
+                                                          f"init.corpus={corpus}", "init.vocab_size=300"])
+    built = Architecture.from_config(json.loads((init_tiny_model(tmp_path / "m", config.init, None, config.prompt)
+                                                 / "config.json").read_text()))
+    planned = architecture(config)
+    assert (planned.heads, planned.kv_heads) == (2, 2)
+    assert dataclasses.replace(planned, vocab=built.vocab) == built
+
+@pytest.mark.parametrize("targets", [None, ["q_proj", "v_proj"], ["down_proj", "k_proj"]])
+def test_the_lora_parameter_count_is_pefts(tiny_model_dir, targets):
+    """The adapters the plan counts (r x (in + out) for each adapted linear layer) are the
+    trainable parameters peft adds to the tiny model."""
+    from agentrl.actor import LoRAConfig
+    from agentrl.models import add_lora, load_model
+    from agentrl.plan import Architecture
+
+    lora = LoRAConfig(r=4, **({"target_modules": targets} if targets else {}))
+    arch = Architecture.from_config(json.loads((Path(tiny_model_dir) / "config.json").read_text()))
+    model = add_lora(load_model(str(tiny_model_dir)), lora)
+    assert arch.lora_params(lora) == sum(p.numel() for p in model.parameters() if p.requires_grad)
+
 def test_lora_plans_no_reference_copy_and_bf16_plans_fp32_masters():
     """With LoRA the KL reference is the frozen base with its adapters off (no copy); a single
     process's bf16 trained weights keep fp32 master copies (4 bytes a trained parameter)."""

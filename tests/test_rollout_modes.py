@@ -1,6 +1,8 @@
 """Lock-step and async rollouts: the same episodes for a sampler whose output depends only on its
 prompt, whatever order the environments answer in."""
 
+import time
+
 import pytest
 import torch
 from conftest import COMPACT
@@ -78,6 +80,18 @@ def test_async_plays_the_same_episodes_as_lockstep(sampler, wrapper):
         assert len(lock.batches) == 4 and len(fast.batches) > len(lock.batches)
 
 
+def test_async_samples_at_once_when_no_environment_is_busy(sampler):
+    """The batch window gathers ready episodes while environments are still busy; once none is,
+    the ready ones are sampled at once: a window longer than the whole rollout costs nothing."""
+    hf, tokenizer = sampler
+    env = LatencyEnvConfig(inner={"type": "household", "max_steps": 2}, step_median_s=0.001, step_sigma=0.1)
+    with EnvPool(env, EnvPoolConfig(workers=2)) as pool:
+        start = time.perf_counter()
+        trajectories = collect(pool, OneAtATime(hf), tokenizer, ["train-3"], 2, PROMPT, GREEDY, mode="async",
+                               batch_window_s=20.0)
+        assert time.perf_counter() - start < 20.0
+    assert all(t.steps for t in trajectories)
+
 class KillsWorkerZero(OneAtATime):
     """Kills worker 0's process (slot 0's environment) at its `at`-th call."""
 
@@ -101,6 +115,20 @@ def test_a_worker_killed_in_async_mode_aborts_its_episode_only(sampler):
     assert [t.aborted for t in trajectories] == [True] + [False] * 5
     assert all(len(t.steps) == 4 or t.success for t in trajectories[1:])
 
+
+@pytest.mark.parametrize("mode", ["lockstep", "async"])
+def test_an_episode_aborted_at_reset_is_reported_finished(sampler, mode):
+    """The progress count covers every episode, one whose environment died before its first move
+    included."""
+    hf, tokenizer = sampler
+    env = LatencyEnvConfig(inner={"type": "household", "max_steps": 2}, step_median_s=0.001, step_sigma=0.1)
+    ended = []
+    with EnvPool(env, EnvPoolConfig(workers=3)) as pool:
+        pool.transport.procs[0].kill()
+        trajectories = collect(pool, OneAtATime(hf), tokenizer, ["train-3"], 3, PROMPT, GREEDY,
+                               finished=ended.append, mode=mode, batch_window_s=0.0)
+    assert [(t.aborted, len(t.steps) > 0) for t in trajectories] == [(True, False), (False, True), (False, True)]
+    assert sum(ended) == 3
 
 def test_each_retry_resamples_its_own_episodes_prompt(choice_model_dir):
     """Episodes in different states: every resample is asked with the prompt of the episode whose
@@ -173,3 +201,26 @@ def test_retries_resample_until_the_action_is_admissible(choice_model_dir):
     actions, batches = named(12)
     assert actions == [twostep.GOOD] * 16
     assert batches[0] == 16 and 0 < batches[1] < 16 and batches == sorted(batches, reverse=True)
+
+
+def test_a_state_without_an_admissible_list_plays_its_first_answer(choice_model_dir):
+    """Retries resample answers that name no admissible action; a state whose environment lists
+    none (free-text actions) has nothing to check against, so its first answer is played."""
+    import twostep
+
+    from agentrl.envs.base import Observation
+    from agentrl.rollout.collect import Episode, EpisodeRules
+    from agentrl.rollout.types import Trajectory
+
+    tokenizer = load_tokenizer(choice_model_dir)
+    counting = OneAtATime(HFSampler(load_model(choice_model_dir), tokenizer))
+    rules = EpisodeRules(tokenizer, PromptConfig(template=twostep.TEMPLATE, history_length=1), "", max_steps=2)
+    free = Observation("You are in the hall.", "reach the garden (train-0)", [], "room:hall",
+                       actions_text=f"{twostep.GOOD}, {twostep.BAD}")
+    episodes = [Episode(slot=i, trajectory=Trajectory(task_id="train-0", group_id=0, task_type="two_step"),
+                        observation=free) for i in range(8)]
+    torch.manual_seed(0)
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=24, retries=4)
+    first = counting.generate([rules.ask(e) for e in episodes], sampling)
+    assert rules.retry(counting, episodes, first, sampling) == first
+    assert counting.batches == [8]

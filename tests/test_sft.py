@@ -91,6 +91,13 @@ def test_malformed_dataset_line_is_named(tmp_path):
     path.write_text('{"messages": [{"role": "user", "content": "x"}]}\n{"oops": 1}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:2"):
         read_chat_dataset(path)
+    # Blank lines, spaces and tabs only included, are skipped; the lines keep their numbers.
+    line = '{"messages": [{"role": "user", "content": "x"}]}\n'
+    path.write_text(line + " \t \n\n" + line + "  \n")
+    assert len(read_chat_dataset(path)) == 2
+    path.write_text(line + " \t \n{}\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:3"):
+        read_chat_dataset(path)
 
 
 def test_loss_mask_covers_only_the_assistant_turn(tiny_model_dir):
@@ -123,13 +130,24 @@ def test_expert_data_with_rlvmr_meta_tags(tmp_path):
     from agentrl.prompting import parse_action, reasoning_tag
 
     path = tmp_path / "meta.jsonl"
-    collect_expert_data(make_env(HouseholdEnvConfig()), PromptConfig(expert_tags="meta"), 5, path, 0)
+    collect_expert_data(make_env(HouseholdEnvConfig()), PromptConfig(expert_tags="meta"), 40, path, 0)
     answers = [m[-1]["content"] for m in read_chat_dataset(path)]
     tags = [reasoning_tag(a) for a in answers]
     assert tags[0] == "planning" and {"explore", "monitor"} <= set(tags) and "think" not in tags
     assert all(parse_action(a) for a in answers)
-    for answer, tag in zip(answers, tags):  # explore only for going somewhere
-        assert tag != "explore" or parse_action(answer).startswith("go to ")
+    # Explore when going somewhere the episode has not yet been sent (its first step aside), monitor
+    # otherwise: a place gone to again is monitored.
+    again, visited = 0, set()
+    for answer, tag in zip(answers, tags):
+        action = parse_action(answer)
+        if tag == "planning":
+            visited = set()
+            continue
+        new = action.startswith("go to ") and action not in visited
+        again += action.startswith("go to ") and not new
+        assert tag == ("explore" if new else "monitor"), (action, tag)
+        visited.add(action)
+    assert again > 0
 
 
 def test_a_stopped_sft_continues_only_with_the_settings_it_was_started_with(tiny_model_dir, tmp_path):

@@ -560,60 +560,52 @@ AGGREGATION_RL = {"tasks_per_step": 2, "group_size": 4, "kl_coef": 0.05, "entrop
                   "optim": {"lr": 1e-4}}
 
 
-def test_two_ranks_update_like_one_process_through_the_trainer(choice_model_dir, tmp_path):
-    """Each rank plays one task group with its own token count; the loss is aggregated over the
-    global counts, so the update equals one process learning from both groups."""
+def two_ranks_against_one_process(model_dir, tmp_path, extra: dict | None = None):
+    """Two FSDP2 ranks each play and learn one step; one process learns from both ranks'
+    trajectories with the same settings. Asserts the weights match; returns the ranks'
+    trajectories and the two processes' metrics (sharded, single)."""
     import torch.multiprocessing as mp
     import twostep
     from test_distributed import free_port
 
-    mp.spawn(two_rank_learn, args=(2, free_port(), str(choice_model_dir), str(tmp_path)), nprocs=2)
+    mp.spawn(two_rank_learn, args=(2, free_port(), str(model_dir), str(tmp_path), extra), nprocs=2)
     ranks = [trajectories_from_json((tmp_path / f"trajectories{r}.json").read_text()) for r in (0, 1)]
-    tokens = [sum(len(s.response_ids) for t in share for s in t.steps) for share in ranks]
-    assert tokens[0] != tokens[1]  # unequal shares: a rank-local count would weigh them differently
-
-    trainer = RLTrainer(twostep.config(tmp_path / "single", **AGGREGATION_RL), str(choice_model_dir), tmp_path / "single")
+    trainer = RLTrainer(twostep.config(tmp_path / "single", **AGGREGATION_RL, **(extra or {})), str(model_dir),
+                        tmp_path / "single")
     try:
         metrics = trainer.learn(ranks[0] + ranks[1], 1)
+        single = dict(trainer.model.state_dict())
     finally:
         trainer.close()
-    sharded = json.loads((tmp_path / "metrics.json").read_text())
+    for name, value in load_file(tmp_path / "weights.safetensors").items():
+        assert torch.allclose(value, single[name], atol=2e-5, rtol=0), name
+    return ranks, json.loads((tmp_path / "metrics.json").read_text()), metrics
+
+
+def test_two_ranks_update_like_one_process_through_the_trainer(choice_model_dir, tmp_path):
+    """Each rank plays one task group with its own token count; the loss is aggregated over the
+    global counts, so the update equals one process learning from both groups."""
+    ranks, sharded, metrics = two_ranks_against_one_process(choice_model_dir, tmp_path)
+    tokens = [sum(len(s.response_ids) for t in share for s in t.steps) for share in ranks]
+    assert tokens[0] != tokens[1]  # unequal shares: a rank-local count would weigh them differently
     for key in ("actor/grad_norm", "actor/pg_loss", "actor/entropy", "actor/kl", "tokens/response"):
         assert sharded[key] == pytest.approx(metrics[key], rel=1e-4, abs=1e-7), key
-    weights = load_file(tmp_path / "weights.safetensors")
-    single = dict(trainer.model.state_dict())
-    for name, value in weights.items():
-        assert torch.allclose(value, single[name], atol=2e-5, rtol=0), name
 
 
 def test_an_auxiliary_loss_on_two_ranks_updates_like_one_process(choice_model_dir, tmp_path):
     """Each rank draws the same chat examples for `chat_sft`; its loss is normalised by every rank's
     tokens of it, so the update equals one process's (a rank-local count would count them twice)."""
-    import torch.multiprocessing as mp
     import twostep
-    from test_distributed import free_port
 
     data = tmp_path / "chat.jsonl"
     data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"pick {i}"},
                                                       {"role": "assistant", "content": twostep.response("ab"[i % 2])}]})
                             + "\n" for i in range(6)))
     aux = {"aux": [{"type": "chat_sft", "data": str(data), "batch_size": 4, "weight": 1.0}]}
-    mp.spawn(two_rank_learn, args=(2, free_port(), str(choice_model_dir), str(tmp_path), aux), nprocs=2)
-    ranks = [trajectories_from_json((tmp_path / f"trajectories{r}.json").read_text()) for r in (0, 1)]
-    trainer = RLTrainer(twostep.config(tmp_path / "single", **AGGREGATION_RL, **aux), str(choice_model_dir),
-                        tmp_path / "single")
-    try:
-        metrics = trainer.learn(ranks[0] + ranks[1], 1)
-    finally:
-        trainer.close()
-    sharded = json.loads((tmp_path / "metrics.json").read_text())
+    _, sharded, metrics = two_ranks_against_one_process(choice_model_dir, tmp_path, aux)
     assert metrics["aux/sft/loss"] > 0.1
     for key in ("actor/grad_norm", "aux/sft/loss"):
         assert sharded[key] == pytest.approx(metrics[key], rel=1e-4), key
-    weights = load_file(tmp_path / "weights.safetensors")
-    single = dict(trainer.model.state_dict())
-    for name, value in weights.items():
-        assert torch.allclose(value, single[name], atol=2e-5, rtol=0), name
 
 
 def test_aborted_groups_are_left_out_of_the_update(choice_model_dir, tmp_path):
