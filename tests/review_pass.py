@@ -1,9 +1,9 @@
-"""Reviewer's pass 32 (issue 45): single breakages written apart from the suite, each with the
-verdict predicted before the run, on lines no table mutant touches: GCD's judge (its accuracy,
-endpoint and correction settings, its metrics), the rollout loop (progress, per-rank sampling
-seeds, filtered groups' redraws, retries, the async batch window), prompts and expert tags,
-NTHR's positive set, the household layouts, the overlapped sampler's checks and the memory plan's
-parameter counts. Run on a clone:
+"""Reviewer's pass 33 (issue 45): single breakages written apart from the suite, each with the
+verdict predicted before the run, on lines no table mutant touches of the features the issue
+names: compare's rates, paired differences, report and run discovery; what decides the reuse of
+SFT checkpoints and DAgger rounds; the environment pool's restarts and counts; the
+judge endpoint's replies; the coupling lab's classes; the trainer's first weight push and its
+uniform-group count. Run on a clone:
     PYTEST_ADDOPTS="-n 2" .venv/bin/python tests/review_pass.py --root ../pass
 """
 
@@ -14,70 +14,72 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutants import MUTANTS, Mutant, run  # noqa: E402
 
-GCD = "src/agentrl/gcd/loss.py"
-COLLECT = "src/agentrl/rollout/collect.py"
-PROMPTING = "src/agentrl/prompting.py"
-DATA = "src/agentrl/data.py"
-PLAN = "src/agentrl/plan.py"
-JUDGE = ["test_gcd.py", "test_config.py"]
-ROLLOUT = ["test_rollout_modes.py", "test_trainer.py", "test_distributed.py"]
-PROMPTS = ["test_prompting.py", "test_full_history.py", "test_sft.py"]
+COMPARE = "src/agentrl/compare.py"
+PIPELINE = "src/agentrl/pipeline.py"
+POOL = "src/agentrl/envs/pool.py"
+JUDGE = "src/agentrl/gcd/judge.py"
+COUPLING = "src/agentrl/analysis/coupling.py"
+TRAINER = "src/agentrl/trainer.py"
+REUSE = ["test_dagger.py", "test_sft.py", "test_cli.py"]
+ENDPOINT = ["test_gcd.py", "test_failures.py"]
 
 # (mutant, predicted verdict)
 PASS = [
-    (Mutant("GCD evaluation: an unparseable verdict counted right", GCD,
-            "statistics.fmean(v == x.label for v, x in zip(verdicts, chosen))",
-            "statistics.fmean(v in (x.label, None) for v, x in zip(verdicts, chosen))", JUDGE), "survived"),
-    (Mutant("classifier judge: a logit of exactly 0 read as good", GCD,
-            "((logits > 0).float() == batch.target)", "((logits >= 0).float() == batch.target)", JUDGE),
+    (Mutant("compare: a seed's rate the median of its episodes", COMPARE,
+            "float(np.mean(list(r.outcomes[split].values())))", "float(np.median(list(r.outcomes[split].values())))",
+            ["test_compare.py"]), "killed"),
+    (Mutant("compare: paired differences taken B - A", COMPARE,
+            "[x.outcomes[split][t] - y.outcomes[split][t] for t in tasks]",
+            "[y.outcomes[split][t] - x.outcomes[split][t] for t in tasks]", ["test_compare.py"]), "killed"),
+    (Mutant("compare: the report's interval ends swapped", COMPARE,
+            "[{_pts(m[s]['ci95'][0])}, {_pts(m[s]['ci95'][1])}] ({_pts(m[s]['iqm'])})",
+            "[{_pts(m[s]['ci95'][1])}, {_pts(m[s]['ci95'][0])}] ({_pts(m[s]['iqm'])})", ["test_compare.py"]),
      "survived"),
-    (Mutant("judge endpoint: agreement of all asks refused", GCD,
-            "        if self.agree > self.asks:\n", "        if self.agree >= self.asks:\n", JUDGE), "survived"),
-    (Mutant("GCD metrics: every labelled step counted too long", GCD,
-            '"too_long": float(len(labelled) - len(fitting))', '"too_long": float(len(labelled))', JUDGE),
+    (Mutant("compare: a method folder counted only when everything in it is a run", COMPARE,
+            "if d.is_dir() and any(map(_is_run, d.iterdir()))", "if d.is_dir() and all(map(_is_run, d.iterdir()))",
+            ["test_compare.py"]), "survived"),
+    (Mutant("sft: a rerun with another save_every starts over", PIPELINE,
+            '                    **config_settings(config, "seed", "sft", exclude=SFT_CONTINUABLE)}',
+            '                    **config_settings(config, "seed", "sft")}', REUSE), "killed"),
+    (Mutant("dagger: a round's labels reused whatever model made them", PIPELINE,
+            '"dagger.round": number, "dagger.model": folder_fingerprint(model_path)}', '"dagger.round": number}',
+            REUSE), "survived"),
+    (Mutant("dagger: every round's labels sampled with the same seed", PIPELINE,
+            "torch.manual_seed(config.seed * 1000 + number)", "torch.manual_seed(config.seed * 1000)", REUSE),
      "survived"),
-    (Mutant("GCD settings: prompt correction allowed with the classifier judge", GCD,
-            '        if self.correction and self.judge == "classifier":\n'
-            '            raise ValueError("prompt correction needs the generative judge\'s critiques (judge: generative)")\n',
-            "", JUDGE), "killed"),
-    (Mutant("rollout: episodes aborted at reset never reported finished", COLLECT,
-            "    finished(len(episodes) - len(active))\n", "", ROLLOUT), "survived"),
-    (Mutant("rollout: every rank samples with the same seed", COLLECT,
-            '"sampling" if world == 1 else f"sampling:{rank}"', '"sampling"', ROLLOUT), "survived"),
-    (Mutant("filtered groups: redraws sized as if every new group will differ", COLLECT,
-            "max(rate, 1 / share)", "max(rate, 1.0)", ROLLOUT), "survived"),
-    (Mutant("retries: a state without an admissible list retried", COLLECT,
-            "        if not e.observation.admissible_actions:\n            return True\n",
-            "        if not e.observation.admissible_actions:\n            return False\n", ROLLOUT), "survived"),
-    (Mutant("async rollout: the batch window waited out with no environment busy", COLLECT,
-            "if not streaming and in_env and time.perf_counter() < first_ready + batch_window_s:",
-            "if not streaming and time.perf_counter() < first_ready + batch_window_s:", ROLLOUT), "survived"),
-    (Mutant("prompts: an empty history shown as nothing", PROMPTING,
-            'history="\\n".join(lines) or "(none)"', 'history="\\n".join(lines)', PROMPTS), "killed"),
-    (Mutant("reasoning tag: a tag after the action counts", PROMPTING,
-            "    end = action if action >= 0 else len(lower)\n", "    end = len(lower)\n", PROMPTS), "survived"),
-    (Mutant("expert tags: every go-to tagged as exploring", DATA,
-            "    new = action not in visited\n", "    new = True\n", PROMPTS), "killed"),
-    (Mutant("chat datasets: a line of spaces read as JSON", DATA,
-            "        if not line.strip():\n", "        if not line:\n", PROMPTS), "survived"),
-    (Mutant("NTHR: zero-advantage samples counted positive", "src/agentrl/advantages/nthr.py",
-            "pos = [i for i in members if advantages[i] > 0]", "pos = [i for i in members if advantages[i] >= 0]",
-            ["test_nthr.py", "test_trainer.py"]), "survived"),
-    (Mutant("household: objects placed in appliances", "src/agentrl/envs/household/world.py",
-            "        return [r for r in self.receptacles if r not in APPLIANCES]\n",
-            "        return list(self.receptacles)\n", ["test_household.py", "test_prompting.py"]), "survived"),
-    (Mutant("household: a second container of a kind given the first's name", "src/agentrl/envs/household/world.py",
-            "        counts[kind] = counts.get(kind, 0) + 1\n", "        counts[kind] = 1\n",
-            ["test_household.py", "test_prompting.py"]), "killed"),
-    (Mutant("overlap: a step played other than the one due taken", "src/agentrl/rollout/ahead.py",
-            "        if played != step:\n", "        if played > step:\n", ["test_overlap.py"]), "survived"),
-    (Mutant("plan: one norm per layer", PLAN,
-            "return attention + 3 * h * self.intermediate + 2 * h", "return attention + 3 * h * self.intermediate + h",
-            ["test_plan.py"]), "killed"),
-    (Mutant("plan: LoRA's parameters counted by the wider side only", PLAN,
-            "lora.r * sum(shapes[m])", "lora.r * max(shapes[m])", ["test_plan.py"]), "killed"),
-    (Mutant("plan: a tiny model's kv heads not capped by its heads", PLAN,
-            "min(tiny.kv_heads, tiny.hidden_size // 64)", "tiny.kv_heads", ["test_plan.py"]), "survived"),
+    (Mutant("dagger: a round reused with its model missing", PIPELINE,
+            'if _phases(work).reusable(name, settings, (model / "config.json").exists()):',
+            "if _phases(work).reusable(name, settings, True):", REUSE), "survived"),
+    (Mutant("pool: a worker restarted once more than the limit", POOL,
+            "if self._start_failures[worker] >= START_FAILURES:", "if self._start_failures[worker] > START_FAILURES:",
+            ["test_pool.py"]), "survived"),
+    (Mutant("pool: answers not yet received left out of the pending count", POOL,
+            "return len(self._arrived) + sum(len(slots) for queue in self._queue for _, slots in queue)",
+            "return sum(len(slots) for queue in self._queue for _, slots in queue)", ["test_pool.py", "test_cli.py"]),
+     "survived"),
+    (Mutant("pool: the main-guard hint given for every fault", POOL,
+            '{MAIN_GUARD_HINT}" if any(self._start_failures) else ""', '{MAIN_GUARD_HINT}"', ["test_pool.py"]),
+     "survived"),
+    (Mutant("endpoint: a reply that is not an object read as one", JUDGE,
+            'choices = reply.get("choices") if isinstance(reply, dict) else None', 'choices = reply.get("choices")',
+            ENDPOINT), "survived"),
+    (Mutant("endpoint: a message content of any type taken", JUDGE,
+            "if not isinstance(content, (str, type(None))):", "if not isinstance(content, object):", ENDPOINT),
+     "survived"),
+    (Mutant("endpoint: an empty content kept as None", JUDGE,
+            'texts.append(content or "")', "texts.append(content)", ENDPOINT), "survived"),
+    (Mutant("coupling: same class decided by the trained sample alone", COUPLING,
+            "(same if labels[i] == labels[j] else different)", "(same if labels[i] else different)",
+            ["test_analysis.py"]), "killed"),
+    (Mutant("coupling: metrics attempted with one class missing", COUPLING,
+            "    if not good or not bad:\n", "    if not good and not bad:\n", ["test_analysis.py"]), "survived"),
+    (Mutant("trainer: no first weight push to the sampler", TRAINER,
+            "        self.sampler.update_weights(self.actor.weights())  # a no-op for a sampler sharing the actor's module\n",
+            "", ["test_trainer.py", "test_distributed.py", "test_lora.py"]), "survived"),
+    (Mutant("rollout metrics: broken groups counted uniform", TRAINER,
+            "uniform = len(group_by_id(trajectories)) - len(broken) - len(differing_groups(trajectories))",
+            "uniform = len(group_by_id(trajectories)) - len(differing_groups(trajectories))", ["test_trainer.py"]),
+     "survived"),
 ]
 
 
