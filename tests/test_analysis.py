@@ -227,6 +227,9 @@ def test_coupling_metrics_on_played_trajectories(tiny_model_dir):
     assert -1 <= out["grad_cos_pos_neg"] <= 1
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # the model is left as it was
     assert coupling_metrics(model, tokenizer, trajectories[:0], 4, 1e-3, seed=0) == {}
+    from test_gcd import traj
+    only_good = traj(["start", "A", "B"], success=True, progress=[True, True, True])
+    assert coupling_metrics(model, tokenizer, [only_good], 4, 1e-3, seed=0) == {}  # no bad step to couple with
     one_each = coupling_metrics(model, tokenizer, trajectories, 2, 1e-3, seed=0)  # `pairs` in all, half good
     assert one_each["influence_same_class"] == 0.0 and one_each["cos_within_class"] == 0.0  # no two of a class
 

@@ -287,6 +287,25 @@ def test_a_method_named_twice_is_refused(tmp_path, capsys):
     assert "named twice" in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
+def test_a_methods_folder_is_found_beside_files_that_are_not_runs(tmp_path):
+    """`--runs DIR`: each folder of DIR that holds run folders is a method, whatever else it holds
+    (a notes file, a scratch folder); a folder holding no run is none."""
+    from agentrl.compare import find_runs
+    from agentrl.rollout.records import write_trajectories
+    from agentrl.rollout.types import Trajectory
+
+    for name in ("x", "y"):
+        folder = tmp_path / name / "seed0" / "eval" / "step_000001"
+        folder.mkdir(parents=True)
+        write_trajectories(folder / "trajectories_l0.jsonl", [Trajectory("l0-0", 0, "t", [], success=True)])
+        (folder / "results.json").write_text(json.dumps({"l0": {"success": 1.0}}))
+        (tmp_path / name / "seed0" / "config.yaml").write_text("seed: 0\nrl: {steps: 1}\n")
+    (tmp_path / "x" / "notes.txt").write_text("lr 1e-5\n")
+    (tmp_path / "y" / "scratch").mkdir()
+    (tmp_path / "plots").mkdir()
+    found = find_runs([str(tmp_path)])
+    assert sorted(found) == ["x", "y"] and [len(runs) for runs in found.values()] == [1, 1]
+
 def test_a_phase_is_refused_for_an_rl_run_folder(tmp_path):
     """Phases belong to `agentrl run` folders: asking an RL run folder for its SFT phase is an error,
     not its RL result read under another name."""

@@ -157,6 +157,14 @@ def test_pipeline_rounds_aggregate_every_label_and_are_reused(tmp_path, capsys):
     run_pipeline(load_config(recipe, [*overrides, "sft.dagger={rounds: 2, episodes: 6}"]))
     said = capsys.readouterr().out
     assert "labels 2: done earlier" in said and "sft 2: settings changed (dagger.labels:" in said
+    # A round's model gone (the same settings): that round trains again, and the next round's
+    # labels, which its old model played, are played again.
+    shutil.rmtree(work / "model1")
+    shutil.rmtree(tmp_path / "run" / "sft" / "model")
+    run_pipeline(load_config(recipe, [*overrides, "sft.dagger={rounds: 2, episodes: 6}"]))
+    said = capsys.readouterr().out
+    assert "sft 1: done earlier" not in said and "labels 2: settings changed (dagger.model" in said
+    assert (work / "model1" / "config.json").is_file()
     run_pipeline(load_config(recipe, [*overrides, "sft.dagger={rounds: 1, episodes: 6}"]))
     said = capsys.readouterr().out
     assert "sft 0: done earlier" in said and "labels 1: settings changed" in said

@@ -368,6 +368,9 @@ def test_the_endpoints_backoff_doubles_and_a_reply_without_choices_is_a_failure(
         with pytest.raises(EndpointError, match="no 'choices' list"):
             ChatEndpoint(url, "x", None, 5, retries=1, backoff_s=0.0).complete("hi")
     assert waits == [0.0]
+    # A choice whose content is null (a refusal, say) is an empty answer: text like the others.
+    with chat_server(lambda headers: [None, "<verdict>bad</verdict>"]) as url:
+        assert ChatEndpoint(url, "x", None, 5).complete("hi", n=2) == ["", "<verdict>bad</verdict>"]
 
 
 def test_the_external_judge_is_asked_about_the_last_step_it_is_given():

@@ -737,6 +737,22 @@ def test_filter_groups_draws_more_tasks_and_trains_only_groups_whose_returns_dif
     assert largest_change(untouched, initial) == 0
 
 
+def test_the_group_counts_of_a_rollout_by_hand():
+    """Of three groups, one has differing returns, one the same return throughout and one an
+    aborted episode: one uniform group (no group-relative advantage) and one dropped; the
+    dropped one is not also counted uniform, whatever its returns."""
+    from agentrl.rollout.types import StepSample, Trajectory
+    from agentrl.trainer import rollout_metrics
+
+    def episode(group, reward, aborted=False):
+        step = StepSample([1], [2], [0.0], response="look", action="look", observation="o", anchor="o", reward=reward)
+        return Trajectory(f"train-{group}", group, "t", [step], success=reward > 0, aborted=aborted)
+
+    played = [episode(0, 1.0), episode(0, 0.0), episode(1, 0.0), episode(1, 0.0), episode(2, 0.0),
+              episode(2, 0.0, aborted=True)]
+    metrics = rollout_metrics(played)
+    assert (metrics["rollout/uniform_groups"], metrics["rollout/dropped_groups"]) == (1.0, 1.0)
+
 def test_kl_in_reward_adds_each_actions_kl_to_its_penalty(choice_model_dir, tmp_path):
     """kl_coef x the summed per-token k3 KL(sampler || reference) joins the step's penalty, so
     within a task group (equal episode rewards) a step with more KL gets a lower advantage."""
