@@ -1,9 +1,9 @@
-"""Reviewer's pass 33 (issue 45): single breakages written apart from the suite, each with the
+"""Reviewer's pass 34 (issue 45): single breakages written apart from the suite, each with the
 verdict predicted before the run, on lines no table mutant touches of the features the issue
-names: compare's rates, paired differences, report and run discovery; what decides the reuse of
-SFT checkpoints and DAgger rounds; the environment pool's restarts and counts; the
-judge endpoint's replies; the coupling lab's classes; the trainer's first weight push and its
-uniform-group count. Run on a clone:
+names: compare's statistics for one seed and no spread, and its report's cells; the single
+actor's update mode, non-finite steps and resumed master weights; prompt correction's summary;
+the trainer's threads with an overlapped sampler; the testbed's expert noise; the
+external judge's labelling. Run on a clone:
     PYTEST_ADDOPTS="-n 2" .venv/bin/python tests/review_pass.py --root ../pass
 """
 
@@ -14,72 +14,55 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutants import MUTANTS, Mutant, run  # noqa: E402
 
+STATS = "src/agentrl/stats.py"
 COMPARE = "src/agentrl/compare.py"
-PIPELINE = "src/agentrl/pipeline.py"
-POOL = "src/agentrl/envs/pool.py"
-JUDGE = "src/agentrl/gcd/judge.py"
-COUPLING = "src/agentrl/analysis/coupling.py"
-TRAINER = "src/agentrl/trainer.py"
-REUSE = ["test_dagger.py", "test_sft.py", "test_cli.py"]
-ENDPOINT = ["test_gcd.py", "test_failures.py"]
+SINGLE = "src/agentrl/actor/single.py"
+STATISTICS = ["test_compare.py"]
+ACTOR = ["test_actor.py", "test_trainer.py", "test_lora.py"]
 
 # (mutant, predicted verdict)
 PASS = [
-    (Mutant("compare: a seed's rate the median of its episodes", COMPARE,
-            "float(np.mean(list(r.outcomes[split].values())))", "float(np.median(list(r.outcomes[split].values())))",
-            ["test_compare.py"]), "killed"),
-    (Mutant("compare: paired differences taken B - A", COMPARE,
-            "[x.outcomes[split][t] - y.outcomes[split][t] for t in tasks]",
-            "[y.outcomes[split][t] - x.outcomes[split][t] for t in tasks]", ["test_compare.py"]), "killed"),
-    (Mutant("compare: the report's interval ends swapped", COMPARE,
-            "[{_pts(m[s]['ci95'][0])}, {_pts(m[s]['ci95'][1])}] ({_pts(m[s]['iqm'])})",
-            "[{_pts(m[s]['ci95'][1])}, {_pts(m[s]['ci95'][0])}] ({_pts(m[s]['iqm'])})", ["test_compare.py"]),
+    (Mutant("t-test: a p-value computed without spread", STATS,
+            "    if len(values) < 2 or values.std() == 0:\n        return None\n",
+            "    if len(values) < 2:\n        return None\n", STATISTICS), "killed"),
+    (Mutant("band: one curve bootstrapped", STATS,
+            "    if curves.shape[0] < 2:\n", "    if curves.shape[0] < 1:\n", STATISTICS), "survived"),
+    (Mutant("P(A>B) interval: one seed bootstrapped", STATS,
+            "    if len(x) < 2:\n        point = probability_of_improvement(x, y)\n",
+            "    if len(x) < 1:\n        point = probability_of_improvement(x, y)\n", STATISTICS), "killed"),
+    (Mutant("detectable difference: finite at one seed", STATS,
+            "    if seeds < 2:\n        return math.inf\n", "    if seeds < 1:\n        return math.inf\n", STATISTICS),
+     "killed"),
+    (Mutant("seeds needed: sized for a difference of 0", STATS,
+            "if parts.total_sd == 0 or difference <= 0:", "if parts.total_sd == 0 or difference < 0:", STATISTICS),
      "survived"),
-    (Mutant("compare: a method folder counted only when everything in it is a run", COMPARE,
-            "if d.is_dir() and any(map(_is_run, d.iterdir()))", "if d.is_dir() and all(map(_is_run, d.iterdir()))",
-            ["test_compare.py"]), "survived"),
-    (Mutant("sft: a rerun with another save_every starts over", PIPELINE,
-            '                    **config_settings(config, "seed", "sft", exclude=SFT_CONTINUABLE)}',
-            '                    **config_settings(config, "seed", "sft")}', REUSE), "killed"),
-    (Mutant("dagger: a round's labels reused whatever model made them", PIPELINE,
-            '"dagger.round": number, "dagger.model": folder_fingerprint(model_path)}', '"dagger.round": number}',
-            REUSE), "survived"),
-    (Mutant("dagger: every round's labels sampled with the same seed", PIPELINE,
-            "torch.manual_seed(config.seed * 1000 + number)", "torch.manual_seed(config.seed * 1000)", REUSE),
+    (Mutant("report: no t-test p-value shown as 0", COMPARE,
+            "t_p = \"-\" if r[\"t_p\"] is None else f\"{r['t_p']:.3f}\"", "t_p = f\"{r['t_p'] or 0:.3f}\"", STATISTICS),
+     "killed"),
+    (Mutant("report: seeds to detect unknown shown as None", COMPARE,
+            'need = " / ".join(str(v) if v is not None else "-" for v in r["seeds_to_detect"].values())',
+            'need = " / ".join(str(v) for v in r["seeds_to_detect"].values())', STATISTICS), "killed"),
+    (Mutant("actor: the update computed in eval mode (LoRA dropout off)", SINGLE,
+            "        self.model.train()\n", "        self.model.eval()\n", ACTOR), "survived"),
+    (Mutant("actor: a non-finite step applied", SINGLE,
+            "finite = bool(torch.isfinite(grad_norm))", "finite = True", ACTOR), "killed"),
+    (Mutant("actor: a resumed bf16 run's fp32 masters rebuilt from its weights", SINGLE,
+            'masters = saved.get("master") or [p.float() for p, _ in low]', "masters = [p.float() for p, _ in low]",
+            ACTOR), "survived"),
+    (Mutant("actor: a tied head required in a checkpoint", SINGLE,
+            'tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()', "tied = set()", ACTOR),
+     "killed"),
+    (Mutant("correction: the summary sampled at temperature 1", "src/agentrl/gcd/correction.py",
+            "params = SamplingConfig(temperature=0.0, max_new_tokens=self.config.max_new_tokens)",
+            "params = SamplingConfig(temperature=1.0, max_new_tokens=self.config.max_new_tokens)", ["test_gcd.py"]),
      "survived"),
-    (Mutant("dagger: a round reused with its model missing", PIPELINE,
-            'if _phases(work).reusable(name, settings, (model / "config.json").exists()):',
-            "if _phases(work).reusable(name, settings, True):", REUSE), "survived"),
-    (Mutant("pool: a worker restarted once more than the limit", POOL,
-            "if self._start_failures[worker] >= START_FAILURES:", "if self._start_failures[worker] > START_FAILURES:",
-            ["test_pool.py"]), "survived"),
-    (Mutant("pool: answers not yet received left out of the pending count", POOL,
-            "return len(self._arrived) + sum(len(slots) for queue in self._queue for _, slots in queue)",
-            "return sum(len(slots) for queue in self._queue for _, slots in queue)", ["test_pool.py", "test_cli.py"]),
-     "survived"),
-    (Mutant("pool: the main-guard hint given for every fault", POOL,
-            '{MAIN_GUARD_HINT}" if any(self._start_failures) else ""', '{MAIN_GUARD_HINT}"', ["test_pool.py"]),
-     "survived"),
-    (Mutant("endpoint: a reply that is not an object read as one", JUDGE,
-            'choices = reply.get("choices") if isinstance(reply, dict) else None', 'choices = reply.get("choices")',
-            ENDPOINT), "survived"),
-    (Mutant("endpoint: a message content of any type taken", JUDGE,
-            "if not isinstance(content, (str, type(None))):", "if not isinstance(content, object):", ENDPOINT),
-     "survived"),
-    (Mutant("endpoint: an empty content kept as None", JUDGE,
-            'texts.append(content or "")', "texts.append(content)", ENDPOINT), "survived"),
-    (Mutant("coupling: same class decided by the trained sample alone", COUPLING,
-            "(same if labels[i] == labels[j] else different)", "(same if labels[i] else different)",
-            ["test_analysis.py"]), "killed"),
-    (Mutant("coupling: metrics attempted with one class missing", COUPLING,
-            "    if not good or not bad:\n", "    if not good and not bad:\n", ["test_analysis.py"]), "survived"),
-    (Mutant("trainer: no first weight push to the sampler", TRAINER,
-            "        self.sampler.update_weights(self.actor.weights())  # a no-op for a sampler sharing the actor's module\n",
-            "", ["test_trainer.py", "test_distributed.py", "test_lora.py"]), "survived"),
-    (Mutant("rollout metrics: broken groups counted uniform", TRAINER,
-            "uniform = len(group_by_id(trajectories)) - len(broken) - len(differing_groups(trajectories))",
-            "uniform = len(group_by_id(trajectories)) - len(differing_groups(trajectories))", ["test_trainer.py"]),
-     "survived"),
+    (Mutant("overlap: the trainer left on every thread", "src/agentrl/trainer.py",
+            "            torch.set_num_threads(self.rl.overlap.trainer_threads)\n", "            pass\n",
+            ["test_overlap.py"]), "killed"),
+    (Mutant("testbed: the expert's key noise drawn where there are no keys", "src/agentrl/envs/testbed/env.py",
+            "noisy = keys and random.Random(", "noisy = random.Random(", ["test_testbed.py"]), "survived"),
+    (Mutant("LLM labels: the external judge asked with nothing left to label", "src/agentrl/gcd/labels.py",
+            "if external is None or not unlabelled:", "if external is None:", ["test_gcd.py"]), "survived"),
 ]
 
 
