@@ -271,17 +271,22 @@ def test_an_rl_run_is_read_only_once_finished(tmp_path):
     assert read_run(run).outcomes["l0"] == {"l0-0": 1.0}
 
 
-def test_a_method_named_twice_is_refused(tmp_path, capsys):
-    """Two `--runs` of one name would silently keep only the second."""
+def one_step_run(run: Path) -> None:
+    """A finished one-step RL run folder (seed 0): one won L0 episode at its final evaluation."""
     from agentrl.rollout.records import write_trajectories
     from agentrl.rollout.types import Trajectory
 
+    folder = run / "eval" / "step_000001"
+    folder.mkdir(parents=True)
+    write_trajectories(folder / "trajectories_l0.jsonl", [Trajectory("l0-0", 0, "t", [], success=True)])
+    (folder / "results.json").write_text(json.dumps({"l0": {"success": 1.0}}))
+    (run / "config.yaml").write_text("seed: 0\nrl: {steps: 1}\n")
+
+
+def test_a_method_named_twice_is_refused(tmp_path, capsys):
+    """Two `--runs` of one name would silently keep only the second."""
     for name in ("x", "y"):
-        folder = tmp_path / name / "seed0" / "eval" / "step_000001"
-        folder.mkdir(parents=True)
-        write_trajectories(folder / "trajectories_l0.jsonl", [Trajectory("l0-0", 0, "t", [], success=True)])
-        (folder / "results.json").write_text(json.dumps({"l0": {"success": 1.0}}))
-        (tmp_path / name / "seed0" / "config.yaml").write_text("seed: 0\nrl: {steps: 1}\n")
+        one_step_run(tmp_path / name / "seed0")
     assert main(["compare", "--runs", f"a={tmp_path / 'x'}", "--runs", f"a={tmp_path / 'y'}",
                  "--out", str(tmp_path / "o")]) == 2
     assert "named twice" in capsys.readouterr().err and not (tmp_path / "o").exists()
@@ -291,32 +296,20 @@ def test_a_methods_folder_is_found_beside_files_that_are_not_runs(tmp_path):
     """`--runs DIR`: each folder of DIR that holds run folders is a method, whatever else it holds
     (a notes file, a scratch folder); a folder holding no run is none."""
     from agentrl.compare import find_runs
-    from agentrl.rollout.records import write_trajectories
-    from agentrl.rollout.types import Trajectory
 
     for name in ("x", "y"):
-        folder = tmp_path / name / "seed0" / "eval" / "step_000001"
-        folder.mkdir(parents=True)
-        write_trajectories(folder / "trajectories_l0.jsonl", [Trajectory("l0-0", 0, "t", [], success=True)])
-        (folder / "results.json").write_text(json.dumps({"l0": {"success": 1.0}}))
-        (tmp_path / name / "seed0" / "config.yaml").write_text("seed: 0\nrl: {steps: 1}\n")
+        one_step_run(tmp_path / name / "seed0")
     (tmp_path / "x" / "notes.txt").write_text("lr 1e-5\n")
     (tmp_path / "y" / "scratch").mkdir()
     (tmp_path / "plots").mkdir()
     found = find_runs([str(tmp_path)])
     assert sorted(found) == ["x", "y"] and [len(runs) for runs in found.values()] == [1, 1]
 
+
 def test_a_phase_is_refused_for_an_rl_run_folder(tmp_path):
     """Phases belong to `agentrl run` folders: asking an RL run folder for its SFT phase is an error,
     not its RL result read under another name."""
-    from agentrl.rollout.records import write_trajectories
-    from agentrl.rollout.types import Trajectory
-
-    folder = tmp_path / "seed0" / "eval" / "step_000001"
-    folder.mkdir(parents=True)
-    write_trajectories(folder / "trajectories_l0.jsonl", [Trajectory("l0-0", 0, "t", [], success=True)])
-    (folder / "results.json").write_text(json.dumps({"l0": {"success": 1.0}}))
-    (tmp_path / "seed0" / "config.yaml").write_text("seed: 0\nrl: {steps: 1}\n")
+    one_step_run(tmp_path / "seed0")
     assert read_run(tmp_path / "seed0", "rl").outcomes["l0"] == {"l0-0": 1.0}
     with pytest.raises(ConfigError, match="has no sft phase"):
         read_run(tmp_path / "seed0", "sft")
