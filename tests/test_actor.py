@@ -229,6 +229,32 @@ def test_a_resume_mid_warmup_continues_the_schedule(tiny_model_dir, tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(actor.parameters, resumed.parameters))
 
 
+def test_a_non_finite_step_is_skipped_whole(tiny_model_dir):
+    """A NaN loss gives a NaN gradient norm: the single actor leaves the weights, the optimiser's
+    moments and the schedule as they were and counts the step skipped; the next finite step
+    takes the learning rate the skipped one would have."""
+    optim = OptimConfig(lr=1e-3, weight_decay=0.0, warmup_steps=5)
+    g = torch.Generator().manual_seed(0)
+    samples = [TrainSample.from_turn(torch.randint(5, 200, (6,), generator=g).tolist(),
+                                     torch.randint(5, 200, (3,), generator=g).tolist()) for _ in range(4)]
+    actor = SingleActor(load_model(str(tiny_model_dir)), optim)
+
+    def step(scale):
+        def loss_fn(batch):
+            logp, _ = actor.token_logprobs(batch)
+            return LossOutputs(-logp.float().mean() * scale)
+        return actor.optimizer_step([(micro_batches(samples, 10**6), loss_fn)]).report(1, 1)
+
+    before = [p.detach().clone() for p in actor.parameters]
+    skipped = step(float("nan"))
+    assert skipped["skipped_updates"] == 1 and skipped["lr"] == pytest.approx(2e-4)
+    assert all(torch.equal(a, b) for a, b in zip(before, actor.parameters))
+    assert not actor.optimizer.state
+    taken = step(1.0)
+    assert taken["skipped_updates"] == 0 and taken["lr"] == pytest.approx(2e-4)
+    assert not all(torch.equal(a, b) for a, b in zip(before, actor.parameters))
+
+
 def test_shared_prefill_generates_what_separate_prefills_generate(tiny_model_dir):
     """Prompts prefilled as a prefix tree: every sample gets the tokens and log-probs it gets when
     each prompt is prefilled on its own (sampled and greedy), and each distinct leading part of

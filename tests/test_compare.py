@@ -45,6 +45,8 @@ def test_intervals_are_the_same_on_every_call_and_the_band_holds_the_mean():
     assert np.all(low < curves.mean(axis=0)) and np.all(curves.mean(axis=0) < high)
     again = stats.band(curves)
     assert np.array_equal(again[0], low) and np.array_equal(again[1], high)
+    one = stats.band(curves[:1])  # one seed: no spread to resample, both edges the curve itself
+    assert np.array_equal(one[0], curves[0]) and np.array_equal(one[1], curves[0])
 
 
 def test_iqm_is_the_mean_of_the_middle_half():
@@ -203,6 +205,19 @@ def test_report_marks_a_t_interval_only_where_it_excludes_0():
     assert cells[3].endswith("] *") and cells[4].split(",")[1].endswith("] *")
     single = _row(markdown(summarize({"a": runs([8]), "b": runs([5])})), "a - b")
     assert not single[3].endswith("*") and "*" not in single[4]
+
+
+def test_a_pair_without_spread_shows_a_dash_where_nothing_can_be_sized():
+    # One seed, or every seed the same difference: no t-test p-value, no MDD, no seeds to detect.
+    def runs(wins):
+        return [Run(Path(f"seed{seed}"), seed, {"l0": {f"t{t}": float(t < k) for t in range(10)}})
+                for seed, k in enumerate(wins)]
+
+    for a, b in ((runs([8]), runs([5])), (runs([8, 7]), runs([5, 4]))):
+        cells = _row(markdown(summarize({"a": a, "b": b})), "a - b")
+        assert cells[3].startswith("30.0 [30.0, 30.0]")
+        assert cells[4].startswith("[30.0, 30.0]") and cells[4].endswith(", -")
+        assert cells[8:12] == ["-", "- / - / -", "-", "- / -"]
 
 
 def test_a_tied_seed_is_counted_as_tied_not_as_a_win():

@@ -171,13 +171,15 @@ def test_critiques_are_of_the_actions_rightly_called_bad(pessimist_dir):
 
 
 def test_correction_summarises_the_newest_critiques(tiny_model_dir, tmp_path):
-    """The summary is asked of the last `correction.critiques` critiques, the newest the judge wrote."""
+    """The summary is asked of the last `correction.critiques` critiques, the newest the judge wrote,
+    and decoded greedily: the hint is the model's most likely summary, not a draw."""
     from agentrl.gcd.correction import PromptCorrection
     from agentrl.gcd.loss import CorrectionConfig
 
-    class Recording(HFSampler):  # the real sampler, its prompts kept
+    class Recording(HFSampler):  # the real sampler, its prompts and settings kept
         def generate(self, prompts, params):
             self.asked = [self.tokenizer.decode(p) for p in prompts]
+            self.params = params
             return super().generate(prompts, params)
 
     tokenizer = load_tokenizer(tiny_model_dir)
@@ -189,6 +191,7 @@ def test_correction_summarises_the_newest_critiques(tiny_model_dir, tmp_path):
                                   tokenizer, None, tmp_path / "correction.jsonl")
     correction.refresh(2)
     [asked] = sampler.asked
+    assert (sampler.params.temperature, sampler.params.max_new_tokens) == (0.0, 4)
     assert "- action 3: reason 3" in asked and "- action 4: reason 4" in asked
     assert not any(f"action {i}" in asked for i in range(3))
     # every = 2: summarised at steps 1 + k * 2 after the first (3, 5), the hint kept in between.

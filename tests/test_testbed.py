@@ -19,7 +19,8 @@ def play(env, task_id, choose):
 
 
 @pytest.mark.parametrize("knobs", [{}, {"horizon": 7, "delay": 5, "doors": 4, "distractors": 3, "key_choices": 4},
-                                   {"key_choices": 0, "hint_rate": 0.0}, {"horizon": 1, "delay": 0}])
+                                   {"key_choices": 0, "hint_rate": 0.0}, {"horizon": 1, "delay": 0},
+                                   {"key_choices": 0, "expert_key_noise": 1.0}])  # no key to take wrong
 def test_expert_solves_every_split_in_the_shortest_number_of_steps(knobs):
     env = testbed.TestbedEnv(**knobs)
     for split in ("train", "l0", "l1", "l2"):
