@@ -1,9 +1,8 @@
-"""Reviewer's pass 34 (issue 45): single breakages written apart from the suite, each with the
+"""Reviewer's pass 35 (issue 45): single breakages written apart from the suite, each with the
 verdict predicted before the run, on lines no table mutant touches of the features the issue
-names: compare's statistics for one seed and no spread, and its report's cells; the single
-actor's update mode, non-finite steps and resumed master weights; prompt correction's summary;
-the trainer's threads with an overlapped sampler; the testbed's expert noise; the
-external judge's labelling. Run on a clone:
+names: the critic's de-duplicated values, its update's metrics and checkpoint; the coupling lab's
+classes; expert data's counts; the shared decoder's next turns; the rollout's and advantages'
+metrics; the pool's slots; GCD's judge settings and error count. Run on a clone:
     PYTEST_ADDOPTS="-n 2" .venv/bin/python tests/review_pass.py --root ../pass
 """
 
@@ -14,57 +13,66 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutants import MUTANTS, Mutant, run  # noqa: E402
 
-STATS = "src/agentrl/stats.py"
-COMPARE = "src/agentrl/compare.py"
-SINGLE = "src/agentrl/actor/single.py"
-STATISTICS = ["test_compare.py"]
-ACTOR = ["test_actor.py", "test_trainer.py", "test_lora.py"]
+CRITIC = "src/agentrl/critic.py"
+TRAINER = "src/agentrl/trainer.py"
+DECODE = "src/agentrl/sampler/shared_decode.py"
+GCD = "src/agentrl/gcd/loss.py"
+CRITIC_TESTS = ["test_advantages.py", "test_trainer.py"]
+DECODE_TESTS = ["test_actor.py", "test_full_history.py", "test_plan.py"]
+METRICS_TESTS = ["test_trainer.py", "test_full_history.py"]
+GCD_TESTS = ["test_gcd.py", "test_failures.py", "test_full_history.py"]
 
 # (mutant, predicted verdict)
 PASS = [
-    (Mutant("t-test: a p-value computed without spread", STATS,
-            "    if len(values) < 2 or values.std() == 0:\n        return None\n",
-            "    if len(values) < 2:\n        return None\n", STATISTICS), "killed"),
-    (Mutant("band: one curve bootstrapped", STATS,
-            "    if curves.shape[0] < 2:\n", "    if curves.shape[0] < 1:\n", STATISTICS), "survived"),
-    (Mutant("P(A>B) interval: one seed bootstrapped", STATS,
-            "    if len(x) < 2:\n        point = probability_of_improvement(x, y)\n",
-            "    if len(x) < 1:\n        point = probability_of_improvement(x, y)\n", STATISTICS), "killed"),
-    (Mutant("detectable difference: finite at one seed", STATS,
-            "    if seeds < 2:\n        return math.inf\n", "    if seeds < 1:\n        return math.inf\n", STATISTICS),
-     "killed"),
-    (Mutant("seeds needed: sized for a difference of 0", STATS,
-            "if parts.total_sd == 0 or difference <= 0:", "if parts.total_sd == 0 or difference < 0:", STATISTICS),
+    (Mutant("critic: a chunk's values written from the first prompt on", CRITIC,
+            "for i, value in zip(part, self([prompts[i] for i in part]).tolist()):",
+            "for i, value in zip(range(len(part)), self([prompts[i] for i in part]).tolist()):", CRITIC_TESTS),
      "survived"),
-    (Mutant("report: no t-test p-value shown as 0", COMPARE,
-            "t_p = \"-\" if r[\"t_p\"] is None else f\"{r['t_p']:.3f}\"", "t_p = f\"{r['t_p'] or 0:.3f}\"", STATISTICS),
-     "killed"),
-    (Mutant("report: seeds to detect unknown shown as None", COMPARE,
-            'need = " / ".join(str(v) if v is not None else "-" for v in r["seeds_to_detect"].values())',
-            'need = " / ".join(str(v) for v in r["seeds_to_detect"].values())', STATISTICS), "killed"),
-    (Mutant("actor: the update computed in eval mode (LoRA dropout off)", SINGLE,
-            "        self.model.train()\n", "        self.model.eval()\n", ACTOR), "survived"),
-    (Mutant("actor: a non-finite step applied", SINGLE,
-            "finite = bool(torch.isfinite(grad_norm))", "finite = True", ACTOR), "killed"),
-    (Mutant("actor: a resumed bf16 run's fp32 masters rebuilt from its weights", SINGLE,
-            'masters = saved.get("master") or [p.float() for p, _ in low]', "masters = [p.float() for p, _ in low]",
-            ACTOR), "survived"),
-    (Mutant("actor: a tied head required in a checkpoint", SINGLE,
-            'tied = {"lm_head.weight"} if self.model.config.tie_word_embeddings else set()', "tied = set()", ACTOR),
-     "killed"),
-    (Mutant("correction: the summary sampled at temperature 1", "src/agentrl/gcd/correction.py",
-            "params = SamplingConfig(temperature=0.0, max_new_tokens=self.config.max_new_tokens)",
-            "params = SamplingConfig(temperature=1.0, max_new_tokens=self.config.max_new_tokens)", ["test_gcd.py"]),
+    (Mutant("critic: the value loss logged per chunk, not per mini-batch", CRITIC,
+            'totals["value_loss"] += 0.5 * float(loss.detach().sum()) / len(idx)',
+            'totals["value_loss"] += 0.5 * float(loss.detach().sum()) / len(part)', CRITIC_TESTS), "survived"),
+    (Mutant("critic: metrics summed over mini-batches, not averaged", CRITIC,
+            "                updates += 1\n", "                updates = 1\n", CRITIC_TESTS), "survived"),
+    (Mutant("critic: a checkpoint without its critic loaded without the named error", CRITIC,
+            "        if not file.is_file():\n", "        if False:\n", CRITIC_TESTS), "killed"),
+    (Mutant("critic: value metrics of a single step sample", CRITIC,
+            "    if len(values) < 2:\n        return {}\n", "    if len(values) < 1:\n        return {}\n",
+            CRITIC_TESTS),
      "survived"),
-    (Mutant("overlap: the trainer left on every thread", "src/agentrl/trainer.py",
-            "            torch.set_num_threads(self.rl.overlap.trainer_threads)\n", "            pass\n",
-            ["test_overlap.py"]), "killed"),
-    (Mutant("testbed: the expert's key noise drawn where there are no keys", "src/agentrl/envs/testbed/env.py",
-            "noisy = keys and random.Random(", "noisy = random.Random(", ["test_testbed.py"]), "survived"),
-    (Mutant("LLM labels: the external judge asked with nothing left to label", "src/agentrl/gcd/labels.py",
-            "if external is None or not unlabelled:", "if external is None:", ["test_gcd.py"]), "survived"),
+    (Mutant("coupling: an empty class's mean gradient taken", "src/agentrl/analysis/coupling.py",
+            "for name, pairs in sets.items() if pairs}", "for name, pairs in sets.items()}",
+            ["test_analysis.py", "test_compare.py"]), "survived"),
+    (Mutant("expert data: one example counted per episode", "src/agentrl/data.py",
+            "            steps += len(examples)\n", "            steps += 1\n",
+            ["test_sft.py", "test_testbed.py", "test_trainer.py"]), "killed"),
+    (Mutant("shared decoder: a kept episode's next turn keeps its padding", DECODE,
+            "layer.keys[b, :, width:width + len(new)]], 1)", "layer.keys[b, :, width:width + fresh]], 1)",
+            DECODE_TESTS), "killed"),
+    (Mutant("shared decoder: a prefilled prompt's values read from its keys", DECODE,
+            "(layer.keys[r, :, index], layer.values[r, :, index])", "(layer.keys[r, :, index], layer.keys[r, :, index])",
+            DECODE_TESTS), "killed"),
+    (Mutant("rollout metrics: response tokens counted from the prompts", TRAINER,
+            '"rollout/response_tokens": statistics.fmean(len(s.response_ids) for s in steps)',
+            '"rollout/response_tokens": statistics.fmean(len(s.prompt_ids) for s in steps)', METRICS_TESTS),
+     "survived"),
+    (Mutant("advantage metrics: the IQR negated", TRAINER,
+            '"adv/iqr": q3 - q1', '"adv/iqr": q1 - q3', METRICS_TESTS), "survived"),
+    (Mutant("rollout metrics: success per task type summed, not averaged", TRAINER,
+            'f"rollout/success/{kind}": statistics.fmean(wins)', 'f"rollout/success/{kind}": sum(wins)',
+            METRICS_TESTS), "survived"),
+    (Mutant("pool: slots shared out to workers in blocks", "src/agentrl/envs/pool.py",
+            "shares.setdefault(slot % self.workers, {})[slot] = arg",
+            "shares.setdefault(min(slot // 2, self.workers - 1), {})[slot] = arg", ["test_pool.py"]), "killed"),
+    (Mutant("GCD: 'llm' labels accepted without an endpoint", GCD,
+            '        if "llm" in self.labels and self.external is None:\n',
+            '        if False:\n', GCD_TESTS), "killed"),
+    (Mutant("GCD: the external judge's errors logged as 0", GCD,
+            'metrics["labels/llm_errors"] = float(judge.external.errors)', 'metrics["labels/llm_errors"] = 0.0',
+            GCD_TESTS), "killed"),
+    (Mutant("GCD: an endpoint summariser accepted without an endpoint", GCD,
+            'if self.correction and self.correction.summarizer == "endpoint" and self.external is None:',
+            "if False:", GCD_TESTS), "killed"),
 ]
-
 
 def unbroken(mutant: Mutant, root: Path) -> None:
     """The breakage's line is one no mutant in the table touches, and it applies once."""
