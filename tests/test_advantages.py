@@ -200,6 +200,7 @@ def test_critic_explained_variance_by_hand():
     assert metrics["critic/explained_variance"] == pytest.approx(1 - 1.25 / 3.5)
     assert metrics["critic/value_mean"] == 2.5 and metrics["critic/return_mean"] == 3.0
     assert value_metrics(values, [2.0] * 4)["critic/explained_variance"] == 0.0  # returns without spread
+    assert value_metrics([1.0], [2.0]) == {}  # one step sample: no variance to explain
 
 
 def test_rlvmr_without_meta_tags_is_grpo_with_its_own_level_and_normalisation():

@@ -62,6 +62,8 @@ def test_gradient_similarity_of_a_set_with_itself_is_one(tiny_model_dir):
     sims = gradient_similarity(model, tokenizer, {"a": PAIRS[:2], "b": PAIRS[:2], "c": PAIRS[2:]})
     assert sims["a|b"] == pytest.approx(1.0, abs=1e-5)
     assert -1 <= sims["a|c"] < 0.9999
+    # a class with no sample has no mean gradient: no similarity is reported for it
+    assert set(gradient_similarity(model, tokenizer, {"a": PAIRS[:2], "empty": [], "c": PAIRS[2:]})) == {"a|c"}
 
 
 def test_the_mean_gradient_is_the_mean_of_each_samples_gradient(tiny_model_dir):

@@ -405,11 +405,15 @@ def test_the_openai_sdk_against_agentrl_serve(judge_server):
         client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], stream=True)
 
 
-def test_agreement_above_asks_is_a_config_error():
+def test_judge_settings_that_cannot_work_are_config_errors():
+    """Agreement above the asks; 'llm' labels, or an endpoint summariser, without an endpoint."""
     with pytest.raises(ValueError, match="agree"):
         JudgeEndpointConfig(base_url="http://x", model="m", asks=3, agree=4)
     with pytest.raises(ValueError, match="external"):
         GCDAuxConfig(labels=["rules", "llm"])
+    with pytest.raises(ValueError, match="summarizer 'endpoint' needs an `external`"):
+        GCDAuxConfig(correction={"summarizer": "endpoint"})
+    GCDAuxConfig(correction={"summarizer": "endpoint"}, external={"base_url": "http://x", "model": "m"})
 
 
 def test_training_with_gcd_logs_judge_metrics_and_correction(tiny_model_dir, tmp_path, judge_server):

@@ -308,6 +308,10 @@ def test_critic_regresses_to_its_targets(tiny_model_dir):
     assert metrics["value_loss"] == pytest.approx(0.5 * (1.95 ** 2 + 2.95 ** 2) / 2)
     assert metrics["value_clipfrac"] == 1.0 and metrics["grad_norm"] == 0.0
     assert clipped.values(prompts, 100) == [0.0, 0.0]
+    # One prompt a mini-batch: two updates, whose metrics are averaged (each sample's own loss).
+    metrics = clipped.update(prompts, targets, [-1.0, 1.0], 1, 100, random.Random(0))
+    assert metrics["value_loss"] == pytest.approx(0.5 * (1.95 ** 2 + 2.95 ** 2) / 2)
+    assert metrics["value_clipfrac"] == 1.0 and metrics["grad_norm"] == 0.0
 
 
 def test_an_unclipped_value_update_has_the_squared_errors_whole_gradient(tiny_model_dir):
@@ -347,6 +351,16 @@ def test_the_critics_own_settings_each_change_its_update(tiny_model_dir):
     critic.update(prompts, targets, [-1.0, 1.0], 2, 100, random.Random(0))
     name, weight = next((k, v) for k, v in critic.body.state_dict().items() if k.endswith("q_proj.weight"))
     torch.testing.assert_close(weight, before[name] * (1 - 3e-3 * 0.3))
+
+
+def test_a_checkpoint_without_its_critic_is_named(tiny_model_dir, tmp_path):
+    from agentrl.advantages.ppo import PPOConfig
+    from agentrl.critic import Critic
+
+    critic = Critic(str(tiny_model_dir), PPOConfig())
+    (tmp_path / "step_000002" / "critic").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match=r"checkpoint .*step_000002 has no critic .*critic.safetensors"):
+        critic.load(tmp_path / "step_000002" / "critic")
 
 
 def test_critic_path_is_the_critics_body(tiny_model_dir, tmp_path):
@@ -413,6 +427,11 @@ def test_the_critic_update_does_not_depend_on_its_micro_batches(tiny_model_dir):
         runs.append((metrics, flat(critic)))
     assert runs[0][0] == pytest.approx(runs[1][0], rel=1e-5)
     assert torch.allclose(runs[0][1], runs[1][1], atol=1e-6) and not torch.equal(runs[0][1], before)
+    # and its values, read a chunk at a time, land on their own prompts (a head that reads the state)
+    torch.manual_seed(0)
+    torch.nn.init.normal_(critic.head.weight, std=0.1)
+    whole, chunked = critic.values(prompts, 100), critic.values(prompts, 5)
+    assert len(set(whole)) == 4 and chunked == pytest.approx(whole, abs=1e-5)
 
 
 def test_the_critic_runs_each_distinct_prompt_once_with_the_same_values_and_gradients(tiny_model_dir):
@@ -737,21 +756,36 @@ def test_filter_groups_draws_more_tasks_and_trains_only_groups_whose_returns_dif
     assert largest_change(untouched, initial) == 0
 
 
-def test_the_group_counts_of_a_rollout_by_hand():
+def test_the_counts_of_a_rollout_by_hand():
     """Of three groups, one has differing returns, one the same return throughout and one an
     aborted episode: one uniform group (no group-relative advantage) and one dropped; the
-    dropped one is not also counted uniform, whatever its returns."""
+    dropped one is not also counted uniform, whatever its returns. Success is a rate per task
+    type, and the response length a mean over step samples of their own tokens."""
     from agentrl.rollout.types import StepSample, Trajectory
     from agentrl.trainer import rollout_metrics
 
-    def episode(group, reward, aborted=False):
-        step = StepSample([1], [2], [0.0], response="look", action="look", observation="o", anchor="o", reward=reward)
-        return Trajectory(f"train-{group}", group, "t", [step], success=reward > 0, aborted=aborted)
+    def episode(group, reward, aborted=False, kind="pick", response=(2,)):
+        step = StepSample([1, 1], list(response), [0.0] * len(response), response="look", action="look",
+                          observation="o", anchor="o", reward=reward)
+        return Trajectory(f"train-{group}", group, kind, [step], success=reward > 0, aborted=aborted)
 
-    played = [episode(0, 1.0), episode(0, 0.0), episode(1, 0.0), episode(1, 0.0), episode(2, 0.0),
-              episode(2, 0.0, aborted=True)]
+    played = [episode(0, 1.0, kind="clean"), episode(0, 0.0, kind="clean", response=(2, 3, 4, 5)),
+              episode(1, 0.0), episode(1, 0.0), episode(2, 0.0), episode(2, 0.0, aborted=True)]
     metrics = rollout_metrics(played)
     assert (metrics["rollout/uniform_groups"], metrics["rollout/dropped_groups"]) == (1.0, 1.0)
+    assert (metrics["rollout/success/clean"], metrics["rollout/success/pick"]) == (0.5, 0.0)
+    assert metrics["rollout/success"] == pytest.approx(1 / 6)
+    assert metrics["rollout/response_tokens"] == pytest.approx(9 / 6)
+
+
+def test_advantage_metrics_by_hand():
+    from agentrl.trainer import advantage_metrics
+
+    metrics = advantage_metrics([3.0, -1.0, 0.0, 1.0, -2.0])
+    # quartiles at ranks 1.5 and 4.5 of the sorted five (-2, -1, 0, 1, 3): -1.5 and 2
+    assert metrics["adv/iqr"] == pytest.approx(3.5) and metrics["adv/mean"] == pytest.approx(0.2)
+    assert metrics["adv/std"] == pytest.approx(math.sqrt(14.8 / 4)) and metrics["adv/frac_abs_gt1"] == 0.4
+    assert advantage_metrics([1.0]) == {}
 
 def test_kl_in_reward_adds_each_actions_kl_to_its_penalty(choice_model_dir, tmp_path):
     """kl_coef x the summed per-token k3 KL(sampler || reference) joins the step's penalty, so
