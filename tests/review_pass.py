@@ -1,8 +1,8 @@
-"""Reviewer's pass 35 (issue 45): single breakages written apart from the suite, each with the
+"""Reviewer's pass 36 (issue 45): single breakages written apart from the suite, each with the
 verdict predicted before the run, on lines no table mutant touches of the features the issue
-names: the critic's de-duplicated values, its update's metrics and checkpoint; the coupling lab's
-classes; expert data's counts; the shared decoder's next turns; the rollout's and advantages'
-metrics; the pool's slots; GCD's judge settings and error count. Run on a clone:
+names: the pool's fault count and list; what decides a phase's reuse (plugin hashes, section
+settings, model fingerprints, the record itself); evaluation's summary and its record of
+finished splits; the testbed's splits. Run on a clone:
     PYTEST_ADDOPTS="-n 2" .venv/bin/python tests/review_pass.py --root ../pass
 """
 
@@ -13,65 +13,57 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutants import MUTANTS, Mutant, run  # noqa: E402
 
-CRITIC = "src/agentrl/critic.py"
-TRAINER = "src/agentrl/trainer.py"
-DECODE = "src/agentrl/sampler/shared_decode.py"
-GCD = "src/agentrl/gcd/loss.py"
-CRITIC_TESTS = ["test_advantages.py", "test_trainer.py"]
-DECODE_TESTS = ["test_actor.py", "test_full_history.py", "test_plan.py"]
-METRICS_TESTS = ["test_trainer.py", "test_full_history.py"]
-GCD_TESTS = ["test_gcd.py", "test_failures.py", "test_full_history.py"]
+POOL = "src/agentrl/envs/pool.py"
+PROVENANCE = "src/agentrl/provenance.py"
+EVALUATE = "src/agentrl/evaluate.py"
+TESTBED = "src/agentrl/envs/testbed/env.py"
+POOL_TESTS = ["test_pool.py", "test_failures.py"]
+PROVENANCE_TESTS = ["test_settings.py", "test_cli.py", "test_plugins.py", "test_evaluate.py", "test_failures.py"]
+EVALUATE_TESTS = ["test_evaluate.py", "test_cli.py", "test_compare.py"]
+TESTBED_TESTS = ["test_testbed.py"]
 
 # (mutant, predicted verdict)
 PASS = [
-    (Mutant("critic: a chunk's values written from the first prompt on", CRITIC,
-            "for i, value in zip(part, self([prompts[i] for i in part]).tolist()):",
-            "for i, value in zip(range(len(part)), self([prompts[i] for i in part]).tolist()):", CRITIC_TESTS),
+    (Mutant("pool: a worker's start failures in a row counted as one", POOL,
+            "            self._start_failures[worker] += 1\n", "            self._start_failures[worker] = 1\n",
+            POOL_TESTS), "killed"),
+    (Mutant("pool: a worker's fault left out of the run's list", POOL,
+            'self.faults.append(f"worker {worker} {cause}")', "self.faults.clear()", POOL_TESTS), "killed"),
+    (Mutant("provenance: a phase run afresh announced as reused", PROVENANCE,
+            'self.say(f"{name}: running")', 'self.say(f"{name}: reused")', PROVENANCE_TESTS), "survived"),
+    (Mutant("provenance: a phase reused with its output gone", PROVENANCE,
+            "        if previous is None or not output_exists:\n", "        if previous is None:\n",
+            PROVENANCE_TESTS), "killed"),
+    (Mutant("provenance: the phases record written without its folder", PROVENANCE,
+            "        self.path.parent.mkdir(parents=True, exist_ok=True)\n", "", PROVENANCE_TESTS), "killed"),
+    (Mutant("provenance: a section's settings taken by name prefix", PROVENANCE,
+            "if any(k == p or k.startswith(p + \".\") for p in paths)", "if any(k.startswith(p) for p in paths)",
+            PROVENANCE_TESTS), "survived"),
+    (Mutant("provenance: a model folder fingerprinted by the folder's own times", PROVENANCE,
+            "        stat = file.stat()\n", "        stat = path.stat()\n", PROVENANCE_TESTS), "killed"),
+    (Mutant("evaluation: no episode given the interval [0, 1]", EVALUATE,
+            "    if n == 0:\n        return 0.0, 0.0\n", "    if n == 0:\n        return 0.0, 1.0\n", EVALUATE_TESTS),
      "survived"),
-    (Mutant("critic: the value loss logged per chunk, not per mini-batch", CRITIC,
-            'totals["value_loss"] += 0.5 * float(loss.detach().sum()) / len(idx)',
-            'totals["value_loss"] += 0.5 * float(loss.detach().sum()) / len(part)', CRITIC_TESTS), "survived"),
-    (Mutant("critic: metrics summed over mini-batches, not averaged", CRITIC,
-            "                updates += 1\n", "                updates = 1\n", CRITIC_TESTS), "survived"),
-    (Mutant("critic: a checkpoint without its critic loaded without the named error", CRITIC,
-            "        if not file.is_file():\n", "        if False:\n", CRITIC_TESTS), "killed"),
-    (Mutant("critic: value metrics of a single step sample", CRITIC,
-            "    if len(values) < 2:\n        return {}\n", "    if len(values) < 1:\n        return {}\n",
-            CRITIC_TESTS),
+    (Mutant("evaluation: per-type counts with successes and episodes swapped", EVALUATE,
+            '{"success": sum(v), "episodes": len(v)}', '{"success": len(v), "episodes": sum(v)}', EVALUATE_TESTS),
+     "killed"),
+    (Mutant("evaluation: the mean score taken from the returns", EVALUATE,
+            '"mean_score": sum(t.score for t in trajectories)',
+            '"mean_score": sum(t.episode_reward for t in trajectories)', EVALUATE_TESTS), "killed"),
+    (Mutant("evaluation: the output folder not made", EVALUATE,
+            "            out_dir.mkdir(parents=True, exist_ok=True)\n            write_trajectories",
+            "            write_trajectories", EVALUATE_TESTS), "killed"),
+    (Mutant("evaluation: a split's record kept without the settings it depends on", EVALUATE,
+            'done = out_dir / f"{split}.done.json" if out_dir is not None and settings is not None else None',
+            'done = out_dir / f"{split}.done.json" if out_dir is not None else None', EVALUATE_TESTS), "survived"),
+    (Mutant("testbed: an unknown split's tasks listed", TESTBED,
+            "        if split not in SPLITS:\n            raise ValueError(f\"unknown split",
+            "        if False:\n            raise ValueError(f\"unknown split", TESTBED_TESTS), "survived"),
+    (Mutant("testbed: steps not counted toward the limit", TESTBED,
+            "        self.steps += 1\n", "        self.steps += 0\n", TESTBED_TESTS), "killed"),
+    (Mutant("testbed: a task id of an unknown split accepted", TESTBED,
+            "    if split not in SPLITS or not index.isdigit():\n", "    if not index.isdigit():\n", TESTBED_TESTS),
      "survived"),
-    (Mutant("coupling: an empty class's mean gradient taken", "src/agentrl/analysis/coupling.py",
-            "for name, pairs in sets.items() if pairs}", "for name, pairs in sets.items()}",
-            ["test_analysis.py", "test_compare.py"]), "survived"),
-    (Mutant("expert data: one example counted per episode", "src/agentrl/data.py",
-            "            steps += len(examples)\n", "            steps += 1\n",
-            ["test_sft.py", "test_testbed.py", "test_trainer.py"]), "killed"),
-    (Mutant("shared decoder: a kept episode's next turn keeps its padding", DECODE,
-            "layer.keys[b, :, width:width + len(new)]], 1)", "layer.keys[b, :, width:width + fresh]], 1)",
-            DECODE_TESTS), "killed"),
-    (Mutant("shared decoder: a prefilled prompt's values read from its keys", DECODE,
-            "(layer.keys[r, :, index], layer.values[r, :, index])", "(layer.keys[r, :, index], layer.keys[r, :, index])",
-            DECODE_TESTS), "killed"),
-    (Mutant("rollout metrics: response tokens counted from the prompts", TRAINER,
-            '"rollout/response_tokens": statistics.fmean(len(s.response_ids) for s in steps)',
-            '"rollout/response_tokens": statistics.fmean(len(s.prompt_ids) for s in steps)', METRICS_TESTS),
-     "survived"),
-    (Mutant("advantage metrics: the IQR negated", TRAINER,
-            '"adv/iqr": q3 - q1', '"adv/iqr": q1 - q3', METRICS_TESTS), "survived"),
-    (Mutant("rollout metrics: success per task type summed, not averaged", TRAINER,
-            'f"rollout/success/{kind}": statistics.fmean(wins)', 'f"rollout/success/{kind}": sum(wins)',
-            METRICS_TESTS), "survived"),
-    (Mutant("pool: slots shared out to workers in blocks", "src/agentrl/envs/pool.py",
-            "shares.setdefault(slot % self.workers, {})[slot] = arg",
-            "shares.setdefault(min(slot // 2, self.workers - 1), {})[slot] = arg", ["test_pool.py"]), "killed"),
-    (Mutant("GCD: 'llm' labels accepted without an endpoint", GCD,
-            '        if "llm" in self.labels and self.external is None:\n',
-            '        if False:\n', GCD_TESTS), "killed"),
-    (Mutant("GCD: the external judge's errors logged as 0", GCD,
-            'metrics["labels/llm_errors"] = float(judge.external.errors)', 'metrics["labels/llm_errors"] = 0.0',
-            GCD_TESTS), "killed"),
-    (Mutant("GCD: an endpoint summariser accepted without an endpoint", GCD,
-            'if self.correction and self.correction.summarizer == "endpoint" and self.external is None:',
-            "if False:", GCD_TESTS), "killed"),
 ]
 
 def unbroken(mutant: Mutant, root: Path) -> None:
