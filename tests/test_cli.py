@@ -532,6 +532,20 @@ def test_a_phase_recorded_before_nthr_and_the_coupling_lab_became_components_is_
     assert not phases.reusable("rl", now, True)
 
 
+def test_a_sections_settings_are_its_own_keys_not_every_key_sharing_its_name():
+    """`rl.loss` is the loss's section, not `rl.loss_agg`; `init.corpus` a value, not also
+    `init.corpus_episodes`: a phase's settings are whole sections, excluded the same way."""
+    from agentrl.provenance import config_settings, flatten
+    from agentrl.recipe import load_config
+
+    config = load_config("recipes/testbed.yaml")
+    flat = flatten(config.model_dump(mode="json"))
+    assert {"rl.loss_agg", "init.corpus_episodes"} <= set(flat)
+    loss = config_settings(config, "rl.loss")
+    assert loss and set(loss) == {k for k in flat if k.startswith("rl.loss.")}
+    assert set(config_settings(config, "init.corpus")) == {"init.corpus"}
+    assert "rl.loss_agg" in config_settings(config, "rl", exclude=("rl.loss",))
+
 def test_the_initial_evaluation_can_be_skipped_and_added_later(tmp_path, capsys):
     path = recipe(tmp_path, eval={"episodes": 2, "initial": False})
     assert main(["run", str(path)]) == 0

@@ -140,6 +140,29 @@ def test_the_aborted_share_is_taken_over_every_episode_played(tiny_model_dir):
             assert (results["l0"]["episodes"], results["l0"]["aborted"]) == (2, 1)
 
 
+def test_an_evaluation_without_settings_keeps_no_record_to_resume_from(tiny_model_dir, tmp_path, monkeypatch):
+    """Given an output folder but no settings (what its results depend on unknown), a stopped
+    evaluation leaves no record of its finished splits: run again, it plays every split."""
+    import agentrl.evaluate as evaluation
+
+    played = []
+
+    def stage(name):
+        played.append(name)
+        if len(played) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(evaluation, "set_stage", stage)
+    tokenizer = load_tokenizer(tiny_model_dir)
+    eval_cfg = EvalConfig(splits=["l0", "l1"], episodes=2, sampling={"max_new_tokens": 4})
+    with EnvPool(HouseholdEnvConfig(max_steps=2), EnvPoolConfig(workers=0)) as pool:
+        sampler = HFSampler(load_model(tiny_model_dir), tokenizer)
+        with pytest.raises(KeyboardInterrupt):
+            evaluate(pool, sampler, tokenizer, eval_cfg, PromptConfig(template=COMPACT), 0, tmp_path)
+        assert (tmp_path / "trajectories_l0.jsonl").is_file() and not list(tmp_path.glob("*.done.json"))
+        evaluate(pool, sampler, tokenizer, eval_cfg, PromptConfig(template=COMPACT), 0, tmp_path)
+    assert played == ["evaluation l0", "evaluation l1", "evaluation l0", "evaluation l1"]
+
 def test_a_stopped_evaluation_resumes_at_the_split_it_stopped_in(tiny_model_dir, tmp_path, monkeypatch):
     """An evaluation phase records each split it finishes: stopped in L1, it plays only L1 when run
     again with the same settings, to the results of one uninterrupted run (each split is seeded on

@@ -96,6 +96,8 @@ def test_splits_are_unseen_compositions():
     assert env.reset("l1-7").text == testbed.TestbedEnv(horizon=3, l2_extra_rooms=2).reset("l1-7").text  # same world anywhere
     with pytest.raises(ValueError, match="bad testbed task id"):
         env.reset("test-1")
+    with pytest.raises(ValueError, match="unknown split 'test'"):
+        env.split_tasks("test")
 
 
 def test_distractors_and_dead_ends_revisit_the_same_state():
