@@ -10,9 +10,10 @@ from agentrl.envs.testbed.env import COLOURS, HELD_OUT_GOALS, OBJECTS, SEEN_GOAL
 from agentrl.recipe import load_config
 
 
-def play(env, task_id, choose):
+def play(env, task_id, choose, limit=200):
+    """One episode, stopped at `limit` steps should the environment never end it."""
     obs, steps, result = env.reset(task_id), 0, None
-    while result is None or not result.done:
+    while (result is None or not result.done) and steps < limit:
         result = env.step(choose(obs))
         obs, steps = result.observation, steps + 1
     return result, steps
