@@ -1,8 +1,8 @@
-"""Reviewer's pass 36 (issue 45): single breakages written apart from the suite, each with the
+"""Reviewer's pass 37 (issue 45): single breakages written apart from the suite, each with the
 verdict predicted before the run, on lines no table mutant touches of the features the issue
-names: the pool's fault count and list; what decides a phase's reuse (plugin hashes, section
-settings, model fingerprints, the record itself); evaluation's summary and its record of
-finished splits; the testbed's splits. Run on a clone:
+names: compare's discovery of run folders and phases; the Ray transport of the environment pool
+and the process transport's exit codes; DAgger's rounds (their play, numbers and epochs);
+ScienceWorld's splits and templates. Run on a clone:
     PYTEST_ADDOPTS="-n 2" .venv/bin/python tests/review_pass.py --root ../pass
 """
 
@@ -13,57 +13,66 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutants import MUTANTS, Mutant, run  # noqa: E402
 
+COMPARE = "src/agentrl/compare.py"
 POOL = "src/agentrl/envs/pool.py"
-PROVENANCE = "src/agentrl/provenance.py"
-EVALUATE = "src/agentrl/evaluate.py"
-TESTBED = "src/agentrl/envs/testbed/env.py"
+DAGGER = "src/agentrl/dagger.py"
+PIPELINE = "src/agentrl/pipeline.py"
+SCIENCEWORLD = "src/agentrl/envs/scienceworld/env.py"
+COMPARE_TESTS = ["test_compare.py"]
+RAY_TESTS = ["test_ray_pool.py"]
 POOL_TESTS = ["test_pool.py", "test_failures.py"]
-PROVENANCE_TESTS = ["test_settings.py", "test_cli.py", "test_plugins.py", "test_evaluate.py", "test_failures.py"]
-EVALUATE_TESTS = ["test_evaluate.py", "test_cli.py", "test_compare.py"]
-TESTBED_TESTS = ["test_testbed.py"]
+DAGGER_TESTS = ["test_dagger.py", "test_cli.py"]
+SCIENCEWORLD_TESTS = ["test_scienceworld.py"]
 
 # (mutant, predicted verdict)
 PASS = [
-    (Mutant("pool: a worker's start failures in a row counted as one", POOL,
-            "            self._start_failures[worker] += 1\n", "            self._start_failures[worker] = 1\n",
+    (Mutant("compare: a folder named by name=DIR that is itself a run never read as one", COMPARE,
+            "folders = [folder] if _is_run(folder) and not any(map(_is_run, folder.iterdir())) else",
+            "folders = [] if _is_run(folder) and not any(map(_is_run, folder.iterdir())) else",
+            COMPARE_TESTS), "survived"),
+    (Mutant("compare: a name=DIR without run folders read as a method without runs", COMPARE,
+            "            if not folders:\n                raise ConfigError(f\"--runs {spec}: no run folders",
+            "            if False:\n                raise ConfigError(f\"--runs {spec}: no run folders",
+            COMPARE_TESTS), "survived"),
+    (Mutant("compare: a run's training metrics never read", COMPARE,
+            "    return read_metrics(path) if path.is_file() else []\n", "    return []\n", COMPARE_TESTS), "killed"),
+    (Mutant("compare: a pipeline's initial phase read as its RL result", COMPARE,
+            '    if phase != "rl":\n        return _read_eval(', '    if phase == "sft":\n        return _read_eval(',
+            COMPARE_TESTS), "survived"),
+    (Mutant("ray pool: the local cluster's fit counted in workers, not their CPUs", POOL,
+            "have < workers * cfg.ray.num_cpus:", "have < workers:", RAY_TESTS), "survived"),
+    (Mutant("ray pool: a refused pool leaves the cluster it started running", POOL,
+            "            self.close()\n            raise ConfigError(", "            raise ConfigError(", RAY_TESTS),
+     "survived"),
+    (Mutant("ray pool: a dead actor's call raised, not answered None", POOL,
+            "        except self.ray.exceptions.RayActorError:\n            return None\n",
+            "        except self.ray.exceptions.RayActorError:\n            raise\n", RAY_TESTS), "killed"),
+    (Mutant("ray pool: a cluster the pool joined shut down at its close", POOL,
+            "        if self.owns_cluster:\n            self.ray.shutdown()\n", "        self.ray.shutdown()\n",
+            RAY_TESTS), "killed"),
+    (Mutant("pool: a dead worker's exit code read before it is reaped", POOL,
+            "            self.procs[worker].join(timeout=5)\n            return None\n", "            return None\n",
             POOL_TESTS), "killed"),
-    (Mutant("pool: a worker's fault left out of the run's list", POOL,
-            'self.faults.append(f"worker {worker} {cause}")', "self.faults.clear()", POOL_TESTS), "killed"),
-    (Mutant("provenance: a phase run afresh announced as reused", PROVENANCE,
-            'self.say(f"{name}: running")', 'self.say(f"{name}: reused")', PROVENANCE_TESTS), "survived"),
-    (Mutant("provenance: a phase reused with its output gone", PROVENANCE,
-            "        if previous is None or not output_exists:\n", "        if previous is None:\n",
-            PROVENANCE_TESTS), "killed"),
-    (Mutant("provenance: the phases record written without its folder", PROVENANCE,
-            "        self.path.parent.mkdir(parents=True, exist_ok=True)\n", "", PROVENANCE_TESTS), "killed"),
-    (Mutant("provenance: a section's settings taken by name prefix", PROVENANCE,
-            "if any(k == p or k.startswith(p + \".\") for p in paths)", "if any(k.startswith(p) for p in paths)",
-            PROVENANCE_TESTS), "survived"),
-    (Mutant("provenance: a model folder fingerprinted by the folder's own times", PROVENANCE,
-            "        stat = file.stat()\n", "        stat = path.stat()\n", PROVENANCE_TESTS), "killed"),
-    (Mutant("evaluation: no episode given the interval [0, 1]", EVALUATE,
-            "    if n == 0:\n        return 0.0, 0.0\n", "    if n == 0:\n        return 0.0, 1.0\n", EVALUATE_TESTS),
+    (Mutant("dagger: a round's labelling play not seeded", PIPELINE,
+            "        torch.manual_seed(config.seed * 1000 + number)\n", "", DAGGER_TESTS), "survived"),
+    (Mutant("dagger: a round's numbers not recorded in rounds.jsonl", PIPELINE,
+            '            f.write(json.dumps({"round": number, **vars(stats)}) + "\\n")\n', "            pass\n",
+            DAGGER_TESTS), "survived"),
+    (Mutant("dagger: the rounds trained for sft.epochs, not sft.dagger.epochs", PIPELINE,
+            'round_config = config.model_copy(update={"sft": config.sft.model_copy(update={"epochs": dagger.epochs})})',
+            "round_config = config", DAGGER_TESTS), "survived"),
+    (Mutant("dagger: every round played at the first round's expert share", DAGGER,
+            "expert_share(dagger, round_number), rng)", "expert_share(dagger, 1), rng)", DAGGER_TESTS), "survived"),
+    (Mutant("scienceworld: the engine's `reset task` shown among the action templates", SCIENCEWORLD,
+            'self.templates = [t for t in self._engine.get_possible_actions() if t != "reset task"]',
+            "self.templates = list(self._engine.get_possible_actions())", SCIENCEWORLD_TESTS), "survived"),
+    (Mutant("scienceworld: an unknown split name taken to the split files", SCIENCEWORLD,
+            '        if split not in ("train", *SPLIT_FILES):\n', "        if False:\n", SCIENCEWORLD_TESTS),
      "survived"),
-    (Mutant("evaluation: per-type counts with successes and episodes swapped", EVALUATE,
-            '{"success": sum(v), "episodes": len(v)}', '{"success": len(v), "episodes": sum(v)}', EVALUATE_TESTS),
-     "killed"),
-    (Mutant("evaluation: the mean score taken from the returns", EVALUATE,
-            '"mean_score": sum(t.score for t in trajectories)',
-            '"mean_score": sum(t.episode_reward for t in trajectories)', EVALUATE_TESTS), "killed"),
-    (Mutant("evaluation: the output folder not made", EVALUATE,
-            "            out_dir.mkdir(parents=True, exist_ok=True)\n            write_trajectories",
-            "            write_trajectories", EVALUATE_TESTS), "killed"),
-    (Mutant("evaluation: a split's record kept without the settings it depends on", EVALUATE,
-            'done = out_dir / f"{split}.done.json" if out_dir is not None and settings is not None else None',
-            'done = out_dir / f"{split}.done.json" if out_dir is not None else None', EVALUATE_TESTS), "survived"),
-    (Mutant("testbed: an unknown split's tasks listed", TESTBED,
-            "        if split not in SPLITS:\n            raise ValueError(f\"unknown split",
-            "        if False:\n            raise ValueError(f\"unknown split", TESTBED_TESTS), "survived"),
-    (Mutant("testbed: steps not counted toward the limit", TESTBED,
-            "        self.steps += 1\n", "        self.steps += 0\n", TESTBED_TESTS), "killed"),
-    (Mutant("testbed: a task id of an unknown split accepted", TESTBED,
-            "    if split not in SPLITS or not index.isdigit():\n", "    if not index.isdigit():\n", TESTBED_TESTS),
-     "survived"),
+    (Mutant("scienceworld: a missing split file read anyway", SCIENCEWORLD,
+            "    if not path.is_file():\n        raise ConfigError(f\"env.splits_dir: ScienceWorld split file",
+            "    if False:\n        raise ConfigError(f\"env.splits_dir: ScienceWorld split file",
+            SCIENCEWORLD_TESTS), "killed"),
 ]
 
 def unbroken(mutant: Mutant, root: Path) -> None:
