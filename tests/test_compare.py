@@ -321,6 +321,19 @@ def test_a_methods_folder_is_found_beside_files_that_are_not_runs(tmp_path):
     assert sorted(found) == ["x", "y"] and [len(runs) for runs in found.values()] == [1, 1]
 
 
+def test_a_folder_named_that_is_a_run_is_one_run_and_one_holding_none_is_refused(tmp_path, capsys):
+    """`--runs name=DIR`: DIR itself when it is a run folder (one seed); a DIR that holds no run
+    folder is an error naming it, not a method without runs."""
+    from agentrl.compare import find_runs
+
+    one_step_run(tmp_path / "seed0")
+    assert [r.path for r in find_runs([f"a={tmp_path / 'seed0'}"])["a"]] == [tmp_path / "seed0"]
+    (tmp_path / "empty").mkdir()
+    assert main(["compare", "--runs", f"a={tmp_path / 'seed0'}", "--runs", f"b={tmp_path / 'empty'}",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert f"no run folders in {tmp_path / 'empty'}" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
 def test_a_phase_is_refused_for_an_rl_run_folder(tmp_path):
     """Phases belong to `agentrl run` folders: asking an RL run folder for its SFT phase is an error,
     not its RL result read under another name."""
@@ -512,6 +525,7 @@ def test_a_pipeline_folder_is_read_by_phase(tmp_path):
     (run / "phases.json").write_text("{}")
     (run / "config.yaml").write_text("seed: 3\n")
     assert read_run(run, "sft").outcomes["l0"] == {"l0-0": 1.0, "l0-1": 0.0, "l0-2": 0.0, "l0-3": 0.0}
+    assert sum(read_run(run, "initial").outcomes["l0"].values()) == 0
     assert read_run(run).outcomes["l0"] == read_run(run, "rl").outcomes["l0"]
     assert sum(read_run(run).outcomes["l0"].values()) == 2 and read_run(run).seed == 3
     # a GCD judge's accuracy is read from the phase's evaluation (the other numbers come from episodes)

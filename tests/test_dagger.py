@@ -102,6 +102,29 @@ def test_the_rounds_play_their_own_tasks_with_their_own_sampling(tiny_model_dir,
     assert len(tasks[1]) == 2 and tasks[0] == tasks[2] != tasks[1]
 
 
+def test_each_round_plays_at_its_own_expert_share_and_its_labels_are_seeded(tiny_model_dir, tmp_path):
+    """Expert share annealed from 1 to 0 over two rounds: round 1 is the expert's play (every
+    episode won), round 2 the random-init policy's own (none won). A round's labels are the same
+    whatever drew from torch's generator before it (a full history, so that the labelled
+    conversations hold the policy's sampled replies)."""
+    import torch
+
+    from agentrl.pipeline import _dagger_labels
+    from agentrl.recipe import validate_config
+
+    dagger = {"rounds": 2, "episodes": 2, "expert_share": [1.0, 0.0],
+              "sampling": {"max_new_tokens": 8, "temperature": 1.0}}
+    prompt = {"template": COMPACT, "history_length": 1, "full_history": True}
+    config = validate_config({"env": {"type": "household"}, "prompt": prompt, "sft": {"dagger": dagger}})
+    for number, seed in ((1, 0), (2, 0), (2, 1)):
+        torch.manual_seed(seed)
+        (tmp_path / f"{number}-{seed}").mkdir()
+        _dagger_labels(config, tiny_model_dir, number, tmp_path / f"{number}-{seed}" / "labels.jsonl", {})
+    rounds = [json.loads((tmp_path / f"{n}-{s}" / "rounds.jsonl").read_text()) for n, s in ((1, 0), (2, 0))]
+    assert [r["success"] for r in rounds] == [1.0, 0.0]
+    assert (tmp_path / "2-0" / "labels.jsonl").read_text() == (tmp_path / "2-1" / "labels.jsonl").read_text()
+
+
 def test_expert_share_is_annealed_linearly_over_the_rounds():
     dagger = DaggerConfig(rounds=5, expert_share=(1.0, 0.0))
     assert [expert_share(dagger, r) for r in range(1, 6)] == [1.0, 0.75, 0.5, 0.25, 0.0]
@@ -137,6 +160,8 @@ def test_pipeline_rounds_aggregate_every_label_and_are_reused(tmp_path, capsys):
     lines = [len((p).read_text().splitlines()) for p in
              (tmp_path / "run" / "sft" / "data.jsonl", work / "labels1.jsonl", work / "labels2.jsonl")]
     assert min(lines) > 0
+    rounds = [json.loads(line) for line in (work / "rounds.jsonl").read_text().splitlines()]
+    assert [(r["round"], r["examples"]) for r in rounds] == [(1, lines[1]), (2, lines[2])]
     # the rounds play train tasks (drawn like the expert's), never the evaluation's
     train = set(make_env(load_config(recipe, overrides).env).split_tasks("train"))
     for labels in ("labels1.jsonl", "labels2.jsonl"):
@@ -185,8 +210,10 @@ def test_labels_of_given_data_are_redone_when_the_environment_or_prompt_changes(
     recipe = Path(__file__).resolve().parents[1] / "recipes" / "demo.yaml"
     overrides = [f"run_dir={tmp_path / 'run'}", f"model.path={tmp_path / 'init'}", "sft.episodes=20", "sft.epochs=1",
                  "rl.steps=0", "eval.episodes=2", "eval.splits=[l0]", "eval.initial=false",
-                 "init.corpus_episodes=20", "sft.dagger={rounds: 1, episodes: 4}"]
+                 "init.corpus_episodes=20", "sft.dagger={rounds: 1, episodes: 4, epochs: 2}"]
     run_pipeline(load_config(recipe, overrides))
+    said = capsys.readouterr().out  # the cloning trains sft.epochs (1), the round sft.dagger.epochs (2)
+    assert "  epoch 2  loss" in said
     shutil.copy(tmp_path / "run" / "sft" / "data.jsonl", tmp_path / "data.jsonl")
     shutil.copytree(tmp_path / "init", tmp_path / "start")
     given = [*overrides, f"sft.data={tmp_path / 'data.jsonl'}", f"model.path={tmp_path / 'start'}", "init=null"]

@@ -97,6 +97,16 @@ def test_an_actor_killed_or_hung_mid_step_aborts_exactly_its_episodes(cluster):
 def test_ray_workers_that_do_not_fit_the_local_cluster_are_refused(cluster):
     with pytest.raises(ConfigError, match="rl.env_pool.ray.num_cpus: 3 workers x 1 CPUs do not fit"):
         EnvPool(HouseholdEnvConfig(), EnvPoolConfig(backend="ray", workers=3))
+    with pytest.raises(ConfigError, match="1 workers x 3 CPUs do not fit the local Ray cluster's 2 CPUs"):
+        EnvPool(HouseholdEnvConfig(), EnvPoolConfig(backend="ray", workers=1, ray={"num_cpus": 3}))
+
+
+def test_a_refused_pool_stops_the_cluster_it_started():
+    before = set(ray_processes())
+    with pytest.raises(ConfigError, match="do not fit the local Ray cluster"):
+        EnvPool(HouseholdEnvConfig(), EnvPoolConfig(backend="ray", workers=1, ray={"num_cpus": 10**4}))
+    assert not ray.is_initialized()
+    assert_nothing_left(before)
 
 
 def test_each_ray_worker_reserves_its_cpus_and_memory(cluster):

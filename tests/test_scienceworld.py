@@ -292,6 +292,7 @@ def test_prompt_listing_stays_in_budget(env):
     assert obs.info["objects"] == list(env._engine.get_possible_objects())
     assert obs.actions_text.startswith("templates") and len(obs.actions_text) < 2500
     assert "focus on OBJ" in obs.actions_text and "ERROR" not in obs.actions_text
+    assert "reset task" not in obs.actions_text  # the engine's own command, not a move
     result = env.step(None)
     assert not result.info["admissible"] and result.progress is False and not result.done
     result = env.step("fly to the moon")
@@ -307,6 +308,8 @@ def test_bad_split_file_and_task_id_are_named(tmp_path):
             env.split_tasks("train")
         with pytest.raises(ValueError, match="L1_idx.json does not exist"):
             env.split_tasks("l1")
+        with pytest.raises(ValueError, match="unknown split 'l3'"):
+            env.split_tasks("l3")
         with pytest.raises(ValueError, match="not '<task name>/<variation>'"):
             env.reset("boil-7")
     finally:
