@@ -1,8 +1,8 @@
-"""Reviewer's pass 37 (issue 45): single breakages written apart from the suite, each with the
+"""Reviewer's pass 38 (issue 45): single breakages written apart from the suite, each with the
 verdict predicted before the run, on lines no table mutant touches of the features the issue
-names: compare's discovery of run folders and phases; the Ray transport of the environment pool
-and the process transport's exit codes; DAgger's rounds (their play, numbers and epochs);
-ScienceWorld's splits and templates. Run on a clone:
+names: the shared decoder's kept cache (its order, sizes, budget and weight check); chat datasets
+and expert data (their checks, folder and workers); the critic (its checkpoint, gradients and
+metrics). Run on a clone:
     PYTEST_ADDOPTS="-n 2" .venv/bin/python tests/review_pass.py --root ../pass
 """
 
@@ -13,66 +13,47 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutants import MUTANTS, Mutant, run  # noqa: E402
 
-COMPARE = "src/agentrl/compare.py"
-POOL = "src/agentrl/envs/pool.py"
-DAGGER = "src/agentrl/dagger.py"
-PIPELINE = "src/agentrl/pipeline.py"
-SCIENCEWORLD = "src/agentrl/envs/scienceworld/env.py"
-COMPARE_TESTS = ["test_compare.py"]
-RAY_TESTS = ["test_ray_pool.py"]
-POOL_TESTS = ["test_pool.py", "test_failures.py"]
-DAGGER_TESTS = ["test_dagger.py", "test_cli.py"]
-SCIENCEWORLD_TESTS = ["test_scienceworld.py"]
+DECODE = "src/agentrl/sampler/shared_decode.py"
+DATA = "src/agentrl/data.py"
+CRITIC = "src/agentrl/critic.py"
+DECODE_TESTS = ["test_full_history.py"]
+DATA_TESTS = ["test_sft.py", "test_failures.py", "test_cli.py"]
+CRITIC_TESTS = ["test_trainer.py", "test_advantages.py"]
 
 # (mutant, predicted verdict)
 PASS = [
-    (Mutant("compare: a folder named by name=DIR that is itself a run never read as one", COMPARE,
-            "folders = [folder] if _is_run(folder) and not any(map(_is_run, folder.iterdir())) else",
-            "folders = [] if _is_run(folder) and not any(map(_is_run, folder.iterdir())) else",
-            COMPARE_TESTS), "survived"),
-    (Mutant("compare: a name=DIR without run folders read as a method without runs", COMPARE,
-            "            if not folders:\n                raise ConfigError(f\"--runs {spec}: no run folders",
-            "            if False:\n                raise ConfigError(f\"--runs {spec}: no run folders",
-            COMPARE_TESTS), "survived"),
-    (Mutant("compare: a run's training metrics never read", COMPARE,
-            "    return read_metrics(path) if path.is_file() else []\n", "    return []\n", COMPARE_TESTS), "killed"),
-    (Mutant("compare: a pipeline's initial phase read as its RL result", COMPARE,
-            '    if phase != "rl":\n        return _read_eval(', '    if phase == "sft":\n        return _read_eval(',
-            COMPARE_TESTS), "survived"),
-    (Mutant("ray pool: the local cluster's fit counted in workers, not their CPUs", POOL,
-            "have < workers * cfg.ray.num_cpus:", "have < workers:", RAY_TESTS), "survived"),
-    (Mutant("ray pool: a refused pool leaves the cluster it started running", POOL,
-            "            self.close()\n            raise ConfigError(", "            raise ConfigError(", RAY_TESTS),
+    (Mutant("kept cache: a sequence read not made the most recent (evicted first)", DECODE,
+            "        self.entries.move_to_end(key)\n", "", DECODE_TESTS), "survived"),
+    (Mutant("kept cache: a sequence put again counted twice", DECODE,
+            "        self.drop(key)\n        self.entries[key] =", "        self.entries[key] =", DECODE_TESTS),
      "survived"),
-    (Mutant("ray pool: a dead actor's call raised, not answered None", POOL,
-            "        except self.ray.exceptions.RayActorError:\n            return None\n",
-            "        except self.ray.exceptions.RayActorError:\n            raise\n", RAY_TESTS), "killed"),
-    (Mutant("ray pool: a cluster the pool joined shut down at its close", POOL,
-            "        if self.owns_cluster:\n            self.ray.shutdown()\n", "        self.ray.shutdown()\n",
-            RAY_TESTS), "killed"),
-    (Mutant("pool: a dead worker's exit code read before it is reaped", POOL,
-            "            self.procs[worker].join(timeout=5)\n            return None\n", "            return None\n",
-            POOL_TESTS), "killed"),
-    (Mutant("dagger: a round's labelling play not seeded", PIPELINE,
-            "        torch.manual_seed(config.seed * 1000 + number)\n", "", DAGGER_TESTS), "survived"),
-    (Mutant("dagger: a round's numbers not recorded in rounds.jsonl", PIPELINE,
-            '            f.write(json.dumps({"round": number, **vars(stats)}) + "\\n")\n', "            pass\n",
-            DAGGER_TESTS), "survived"),
-    (Mutant("dagger: the rounds trained for sft.epochs, not sft.dagger.epochs", PIPELINE,
-            'round_config = config.model_copy(update={"sft": config.sft.model_copy(update={"epochs": dagger.epochs})})',
-            "round_config = config", DAGGER_TESTS), "survived"),
-    (Mutant("dagger: every round played at the first round's expert share", DAGGER,
-            "expert_share(dagger, round_number), rng)", "expert_share(dagger, 1), rng)", DAGGER_TESTS), "survived"),
-    (Mutant("scienceworld: the engine's `reset task` shown among the action templates", SCIENCEWORLD,
-            'self.templates = [t for t in self._engine.get_possible_actions() if t != "reset task"]',
-            "self.templates = list(self._engine.get_possible_actions())", SCIENCEWORLD_TESTS), "survived"),
-    (Mutant("scienceworld: an unknown split name taken to the split files", SCIENCEWORLD,
-            '        if split not in ("train", *SPLIT_FILES):\n', "        if False:\n", SCIENCEWORLD_TESTS),
-     "survived"),
-    (Mutant("scienceworld: a missing split file read anyway", SCIENCEWORLD,
-            "    if not path.is_file():\n        raise ConfigError(f\"env.splits_dir: ScienceWorld split file",
-            "    if False:\n        raise ConfigError(f\"env.splits_dir: ScienceWorld split file",
-            SCIENCEWORLD_TESTS), "killed"),
+    (Mutant("kept cache: a weight change seen on the first parameter only", DECODE,
+            "version = [p._version for p in self.model.parameters()]",
+            "version = [next(self.model.parameters())._version]", DECODE_TESTS), "survived"),
+    (Mutant("kept cache: a sequence larger than the whole budget kept (the rest evicted for it)", DECODE,
+            "if len(key) < self.LEAD or size > self.budget:", "if len(key) < self.LEAD:", DECODE_TESTS), "survived"),
+    (Mutant("kept cache: its budget read in KiB", DECODE,
+            "self.model, self.budget = model, budget_mib * 2**20", "self.model, self.budget = model, budget_mib * 2**10",
+            DECODE_TESTS), "killed"),
+    (Mutant("chat dataset: a file that is not UTF-8 read with a traceback", DATA,
+            "    except UnicodeDecodeError as err:\n        raise ConfigError(f\"chat dataset",
+            "    except LookupError as err:\n        raise ConfigError(f\"chat dataset", DATA_TESTS), "survived"),
+    (Mutant("chat dataset: messages without a role or content accepted", DATA,
+            'assert isinstance(messages, list) and all({"role", "content"} <= set(m) for m in messages)',
+            "assert isinstance(messages, list)", DATA_TESTS), "survived"),
+    (Mutant("expert data: its output's folder not made", DATA,
+            "    path.parent.mkdir(parents=True, exist_ok=True)\n    won = kept = steps = 0\n",
+            "    won = kept = steps = 0\n", DATA_TESTS), "killed"),
+    (Mutant("expert data: its worker processes take Ctrl-C themselves", DATA,
+            "    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent stops the pool\n", "",
+            DATA_TESTS), "survived"),
+    (Mutant("critic: its optimizer's state not saved", CRITIC,
+            '        torch.save(self.optimizer.state_dict(), path / "optimizer.pt")\n', "", CRITIC_TESTS), "killed"),
+    (Mutant("critic: gradients carried from one mini-batch into the next", CRITIC,
+            "                self.optimizer.zero_grad(set_to_none=True)\n", "", CRITIC_TESTS), "survived"),
+    (Mutant("critic: the value mean reported from the returns", CRITIC,
+            '"critic/value_mean": statistics.fmean(values)', '"critic/value_mean": statistics.fmean(returns)',
+            CRITIC_TESTS), "killed"),
 ]
 
 def unbroken(mutant: Mutant, root: Path) -> None:
