@@ -144,6 +144,35 @@ def test_debug_shows_the_traceback(tmp_path):
     assert done.returncode != 0 and "Traceback" in done.stderr and "YAML syntax error" in done.stderr
 
 
+
+def test_ctrl_c_while_expert_data_is_played_in_worker_processes_is_one_line(tmp_path):
+    """`agentrl data` with worker processes (the recipe's environment pool has workers): Ctrl-C
+    from a terminal reaches the whole process group, and only the parent answers it (exit 130,
+    one line); the workers leave quietly, no traceback of theirs, no process left."""
+    recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run"), rl__env_pool__workers=2))
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "data", recipe, "--out", str(tmp_path / "d.jsonl"),
+                             "--episodes", "1000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 120
+    group: list[str] = []
+    while len(group) < 3 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+        group = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert len(group) >= 3, proc.communicate()  # the parent and its two workers
+    time.sleep(5)  # the workers are playing episodes
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.strip().endswith("rerun the same command to continue")
+    for _ in range(20):
+        if not subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split():
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError("a worker process outlived the parent")
+    assert not (tmp_path / "d.jsonl").exists()  # not complete: not under its final name
+
 @pytest.mark.parametrize("overlap, stop", [(None, "ctrl-c"), ({"staleness": 1}, "ctrl-c"), (None, "kill")],
                          ids=["in-process", "sampler-process", "sigterm"])
 def test_ctrl_c_or_kill_stops_with_one_line_and_no_worker_left(tmp_path, tiny_model_dir, overlap, stop):

@@ -446,6 +446,40 @@ def test_a_sampler_keeping_each_episodes_cache_samples_what_prefilling_every_pro
     assert kept.kept.bytes == 0 and not kept.kept.entries
 
 
+def test_the_kept_cache_keeps_the_most_recently_read_within_its_budget(tiny_model_dir):
+    """The kept cache's own bookkeeping: a sequence read becomes the most recent, so the one read
+    longest ago leaves first; a sequence kept again is counted once; one larger than the whole
+    budget is not kept (nor is the rest evicted for it); a change to any parameter, not only the
+    first, forgets everything."""
+    from agentrl.sampler.shared_decode import KeptCache
+
+    model = load_model(tiny_model_dir)
+    length = KeptCache.LEAD + 8
+    size = 2 * length * 64 * 4  # one layer's keys and values, (1, length, 64) in float32
+
+    def states(n: int = length) -> list[tuple]:
+        return [(torch.zeros(1, n, 64), torch.zeros(1, n, 64))]
+
+    kept = KeptCache(model, budget_mib=2.5 * size / 2**20)
+    kept.check_weights()  # (as each generation call does first)
+    a, b, c = ([token] * length for token in (1, 2, 3))
+    kept.put(a, states())
+    kept.put(b, states())
+    kept.put(a, states())  # the same sequence again (a turn sampled twice): one entry, one size
+    assert kept.bytes == 2 * size and set(kept.entries) == {tuple(a), tuple(b)}
+    kept.take(tuple(b), 4)  # b read: a is now the one read longest ago
+    kept.put(c, states())
+    assert set(kept.entries) == {tuple(b), tuple(c)} and kept.bytes == 2 * size
+    kept.put([4] * 3 * length, states(3 * length))  # larger than the budget on its own
+    assert set(kept.entries) == {tuple(b), tuple(c)} and kept.bytes == 2 * size
+    kept.check_weights()  # unchanged weights: nothing forgotten
+    assert len(kept.entries) == 2
+    with torch.no_grad():
+        list(model.parameters())[-1].add_(1.0)  # the last parameter only
+    kept.check_weights()
+    assert not kept.entries and kept.bytes == 0
+
+
 @pytest.mark.parametrize("shared", [False, True], ids=["distinct", "shared-start"])
 def test_prefill_and_kept_turns_run_in_forwards_within_the_budget(tiny_model_dir, shared):
     """The shared decoder prefills prompts (as prefix trees), and computes kept episodes' next

@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import COMPACT
 
-from agentrl.config import OptimConfig, PromptConfig, SFTConfig
+from agentrl.config import ConfigError, OptimConfig, PromptConfig, SFTConfig
 from agentrl.data import collect_expert_data, encode_conversation, read_chat_dataset
 from agentrl.envs import make_env
 from agentrl.envs.household.env import HouseholdEnvConfig
@@ -17,9 +17,10 @@ from agentrl.tracking import Tracker, read_metrics
 
 
 def test_expert_dataset_is_chat_jsonl(tmp_path):
-    stats = collect_expert_data(make_env(HouseholdEnvConfig()), PromptConfig(), 5, tmp_path / "d.jsonl", 0)
+    path = tmp_path / "data" / "d.jsonl"  # its folder made
+    stats = collect_expert_data(make_env(HouseholdEnvConfig()), PromptConfig(), 5, path, 0)
     assert stats["successful"] == 5 and stats["examples"] >= 10
-    first = json.loads((tmp_path / "d.jsonl").read_text().splitlines()[0])
+    first = json.loads(path.read_text().splitlines()[0])
     assert [m["role"] for m in first["messages"]] == ["user", "assistant"]
     assert first["messages"][1]["content"].startswith("<think>")
 
@@ -97,6 +98,15 @@ def test_malformed_dataset_line_is_named(tmp_path):
     assert len(read_chat_dataset(path)) == 2
     path.write_text(line + " \t \n{}\n")
     with pytest.raises(ValueError, match=r"bad.jsonl:3"):
+        read_chat_dataset(path)
+    # A message without its role or its content is the line's error, not a KeyError later.
+    for message in ('{"role": "user"}', '{"content": "x"}'):
+        path.write_text(line + f'{{"messages": [{message}]}}\n')
+        with pytest.raises(ConfigError, match=r"bad.jsonl:2: expected"):
+            read_chat_dataset(path)
+    # Bytes that are not UTF-8: named with the file, not a decoding traceback.
+    path.write_bytes(line.encode() + b'{"messages": [{"role": "user", "content": "\xff"}]}\n')
+    with pytest.raises(ConfigError, match=r"bad.jsonl: not UTF-8 text \(byte \d+\)"):
         read_chat_dataset(path)
 
 

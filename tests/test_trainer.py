@@ -331,6 +331,25 @@ def test_an_unclipped_value_update_has_the_squared_errors_whole_gradient(tiny_mo
     assert metrics["grad_norm"] == pytest.approx(norm, rel=1e-5)
 
 
+
+def test_each_critic_mini_batch_steps_on_its_own_gradient(tiny_model_dir):
+    """One prompt a mini-batch: each optimiser step's gradient is its own mini-batch's, none carried
+    from the one before (a learning rate too small to move float32 weights keeps both gradients
+    those of the starting critic, measured by hand)."""
+    from agentrl.advantages.ppo import PPOConfig
+    from agentrl.critic import Critic
+
+    prompts, targets = [[5, 6, 7, 8], [9, 10, 11]], [1.0, -2.0]
+    config = PPOConfig(critic_lr=1e-30, value_clip=100.0, critic_grad_clip=1e6)
+    norms = []
+    for prompt, target in zip(prompts, targets):
+        by_hand = Critic(str(tiny_model_dir), config)
+        (0.5 * (by_hand([prompt]) - target) ** 2).sum().backward()
+        norms.append(torch.sqrt(sum((p.grad ** 2).sum() for p in by_hand.parameters() if p.grad is not None)).item())
+    critic = Critic(str(tiny_model_dir), config)
+    metrics = critic.update(prompts, targets, [0.0, 0.0], 1, 100, random.Random(0))
+    assert min(norms) > 0.1 and metrics["grad_norm"] == pytest.approx(sum(norms) / 2, rel=1e-5)
+
 def test_the_critics_own_settings_each_change_its_update(tiny_model_dir):
     """critic_grad_clip and critic_weight_decay act on the critic's optimiser step, and a value
     inside the clip range is not counted as clipped."""
