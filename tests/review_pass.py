@@ -1,8 +1,9 @@
-"""Reviewer's pass 38 (issue 45): single breakages written apart from the suite, each with the
+"""Reviewer's pass 39 (issue 45): single breakages written apart from the suite, each with the
 verdict predicted before the run, on lines no table mutant touches of the features the issue
-names: the shared decoder's kept cache (its order, sizes, budget and weight check); chat datasets
-and expert data (their checks, folder and workers); the critic (its checkpoint, gradients and
-metrics). Run on a clone:
+names: the rollout's rules of an episode (lock-step's progress, the action a step records, which
+episodes the context ends, the conversation a DAgger label is asked in, async batching); replies'
+reasoning tags, the window's history lines, full history's stop tokens and turn fields, the
+prompt record beside a model; prefix trees' boundaries and their cost model. Run on a clone:
     PYTEST_ADDOPTS="-n 2" .venv/bin/python tests/review_pass.py --root ../pass
 """
 
@@ -13,48 +14,58 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutants import MUTANTS, Mutant, run  # noqa: E402
 
-DECODE = "src/agentrl/sampler/shared_decode.py"
-DATA = "src/agentrl/data.py"
-CRITIC = "src/agentrl/critic.py"
-DECODE_TESTS = ["test_full_history.py"]
-DATA_TESTS = ["test_sft.py", "test_failures.py", "test_cli.py"]
-CRITIC_TESTS = ["test_trainer.py", "test_advantages.py"]
+COLLECT = "src/agentrl/rollout/collect.py"
+PROMPTING = "src/agentrl/prompting.py"
+PACKING = "src/agentrl/packing.py"
+COLLECT_TESTS = ["test_rollout_modes.py", "test_scienceworld.py", "test_full_history.py", "test_prompting.py",
+                 "test_dagger.py"]
+PROMPTING_TESTS = ["test_prompting.py", "test_full_history.py", "test_advantages.py"]
+PACKING_TESTS = ["test_packing.py"]
 
 # (mutant, predicted verdict)
 PASS = [
-    (Mutant("kept cache: a sequence read not made the most recent (evicted first)", DECODE,
-            "        self.entries.move_to_end(key)\n", "", DECODE_TESTS), "survived"),
-    (Mutant("kept cache: a sequence put again counted twice", DECODE,
-            "        self.drop(key)\n        self.entries[key] =", "        self.entries[key] =", DECODE_TESTS),
+    (Mutant("rollout: lock-step's progress told every active episode ended each turn", COLLECT,
+            "        finished(len(active) - len(still))\n", "        finished(len(active))\n", COLLECT_TESTS),
      "survived"),
-    (Mutant("kept cache: a weight change seen on the first parameter only", DECODE,
-            "version = [p._version for p in self.model.parameters()]",
-            "version = [next(self.model.parameters())._version]", DECODE_TESTS), "survived"),
-    (Mutant("kept cache: a sequence larger than the whole budget kept (the rest evicted for it)", DECODE,
-            "if len(key) < self.LEAD or size > self.budget:", "if len(key) < self.LEAD:", DECODE_TESTS), "survived"),
-    (Mutant("kept cache: its budget read in KiB", DECODE,
-            "self.model, self.budget = model, budget_mib * 2**20", "self.model, self.budget = model, budget_mib * 2**10",
-            DECODE_TESTS), "killed"),
-    (Mutant("chat dataset: a file that is not UTF-8 read with a traceback", DATA,
-            "    except UnicodeDecodeError as err:\n        raise ConfigError(f\"chat dataset",
-            "    except LookupError as err:\n        raise ConfigError(f\"chat dataset", DATA_TESTS), "survived"),
-    (Mutant("chat dataset: messages without a role or content accepted", DATA,
-            'assert isinstance(messages, list) and all({"role", "content"} <= set(m) for m in messages)',
-            "assert isinstance(messages, list)", DATA_TESTS), "survived"),
-    (Mutant("expert data: its output's folder not made", DATA,
-            "    path.parent.mkdir(parents=True, exist_ok=True)\n    won = kept = steps = 0\n",
-            "    won = kept = steps = 0\n", DATA_TESTS), "killed"),
-    (Mutant("expert data: its worker processes take Ctrl-C themselves", DATA,
-            "    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent stops the pool\n", "",
-            DATA_TESTS), "survived"),
-    (Mutant("critic: its optimizer's state not saved", CRITIC,
-            '        torch.save(self.optimizer.state_dict(), path / "optimizer.pt")\n', "", CRITIC_TESTS), "killed"),
-    (Mutant("critic: gradients carried from one mini-batch into the next", CRITIC,
-            "                self.optimizer.zero_grad(set_to_none=True)\n", "", CRITIC_TESTS), "survived"),
-    (Mutant("critic: the value mean reported from the returns", CRITIC,
-            '"critic/value_mean": statistics.fmean(values)', '"critic/value_mean": statistics.fmean(returns)',
-            CRITIC_TESTS), "killed"),
+    (Mutant("rollout: a step's action recorded without the reasoning prompt.require_think asks for", COLLECT,
+            "        action = parse_action(response, self.prompt.require_think)\n        e.trajectory.steps.append(",
+            "        action = parse_action(response, False)\n        e.trajectory.steps.append(", COLLECT_TESTS),
+     "survived"),
+    (Mutant("rollout: a window's episode ended by the context as full history's are", COLLECT,
+            "if self.turns is None or self.context is None:", "if self.context is None:", COLLECT_TESTS), "survived"),
+    (Mutant("full history: a turn's {step} counted from 2", COLLECT,
+            "render_prompt(self.prompt.turn_template, e.observation, [], len(steps), 0)",
+            "render_prompt(self.prompt.turn_template, e.observation, [], len(steps) + 1, 0)", COLLECT_TESTS),
+     "survived"),
+    (Mutant("rollout: a window's label asked with the episode's earlier turns", COLLECT,
+            "earlier = e.trajectory.steps if self.turns is not None else []", "earlier = e.trajectory.steps",
+            COLLECT_TESTS), "survived"),
+    (Mutant("async rollout: the batch window restarted at every answer, not at the first ready", COLLECT,
+            "max(0.0, first_ready + batch_window_s - time.perf_counter())", "batch_window_s", COLLECT_TESTS),
+     "survived"),
+    (Mutant("parsing: RLVMR's meta tags not taken as the reasoning", PROMPTING,
+            "    if require_think and reasoning_tag(response) is None:\n",
+            '    if require_think and "<think>" not in lower:\n', PROMPTING_TESTS), "killed"),
+    (Mutant("window: a history entry's action before its observation", PROMPTING,
+            'lines = [f"Observation: {h.observation}\\nAction: {h.action}" for h in recent]',
+            'lines = [f"Action: {h.action}\\nObservation: {h.observation}" for h in recent]', PROMPTING_TESTS),
+     "killed"),
+    (Mutant("parsing: an empty action tag read as an action", PROMPTING,
+            "    return action or None\n", "    return action\n", PROMPTING_TESTS), "survived"),
+    (Mutant("full history: only the end-of-sequence token taken as a reply's stop", PROMPTING,
+            "self.special = set(tokenizer.all_special_ids)", "self.special = {tokenizer.eos_token_id}",
+            PROMPTING_TESTS), "survived"),
+    (Mutant("prompt record: a model folder without one read anyway", PROMPTING,
+            "    if not path.is_file():\n        return []\n    trained = json.loads(",
+            "    trained = json.loads(", PROMPTING_TESTS), "killed"),
+    (Mutant("prefix trees: a sample's first token may be trained (no prefix)", PACKING,
+            "    for t in range(1, len(sample.ids)):\n        if sample.mask[t]:",
+            "    for t in range(len(sample.ids)):\n        if sample.mask[t]:", PACKING_TESTS), "survived"),
+    (Mutant("prefix trees: the cost model's head size from the hidden size alone", PACKING,
+            'head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads',
+            "head_dim = config.hidden_size // heads", PACKING_TESTS), "survived"),
 ]
+
 
 def unbroken(mutant: Mutant, root: Path) -> None:
     """The breakage's line is one no mutant in the table touches, and it applies once."""
