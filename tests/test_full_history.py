@@ -32,13 +32,18 @@ def reply(tokenizer, text: str, stop: bool = True) -> list[int]:
     return tokenizer(text, add_special_tokens=False).input_ids + ([tokenizer.eos_token_id] if stop else [])
 
 
-@pytest.mark.parametrize("template", ["chatml", "zephyr"])
+@pytest.mark.parametrize("template", ["chatml", "zephyr", "another stop"])
 def test_appended_turns_are_what_the_chat_template_renders(tiny_model_dir, template):
     """Turn by turn, the ids decode to the template's rendering of the whole conversation, with a
-    reply that ended on its stop token and one cut off before it (the turn is closed for it)."""
+    reply that ended on its stop token and one cut off before it (the turn is closed for it).
+    "another stop": the turn ends with a special token other than the tokenizer's end-of-sequence
+    one (as with Qwen2.5's and Llama 3's base tokenizers)."""
     tokenizer = load_tokenizer(tiny_model_dir)
     if template == "zephyr":  # its turns end with the model's stop token, as real tokenizers' do
         tokenizer.chat_template, tokenizer.eos_token = ZEPHYR, "<|endoftext|>"
+    if template == "another stop":
+        tokenizer.chat_template = ZEPHYR
+        assert tokenizer.eos_token != "<|endoftext|>"
     turns = ChatTurns(tokenizer)
     messages = [{"role": "user", "content": "Task: find the key.\nObservation: a hall."},
                 {"role": "assistant", "content": "<think>look</think><action>go north</action>"},
@@ -46,7 +51,8 @@ def test_appended_turns_are_what_the_chat_template_renders(tiny_model_dir, templ
                 {"role": "assistant", "content": "<think>cut off"},
                 {"role": "user", "content": "Observation: a cellar."}]
     ids = turns.first(messages[0]["content"])
-    ids = turns.next(ids, reply(tokenizer, messages[1]["content"]), messages[2]["content"])
+    stop = tokenizer.convert_tokens_to_ids("<|endoftext|>") if template == "another stop" else tokenizer.eos_token_id
+    ids = turns.next(ids, reply(tokenizer, messages[1]["content"], stop=False) + [stop], messages[2]["content"])
     ids = turns.next(ids, reply(tokenizer, messages[3]["content"], stop=False), messages[4]["content"])
     rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert tokenizer.decode(ids) == rendered
@@ -387,6 +393,20 @@ def test_a_prompt_past_the_models_positions_is_refused(tiny_model_dir):
     with pytest.raises(RunError, match=f"reaches {limit + 1} tokens, past the model's {limit} positions"):
         sampler.generate([[5] * 8, [5] * (limit - 3)], params)
 
+
+
+def test_a_turn_counts_the_steps_taken_before_it(tiny_model_dir):
+    """`{step}` in `prompt.turn_template` is the number of steps taken, as in the first prompt's
+    template: step k's turn (k >= 1) says k."""
+    tokenizer, model = load_tokenizer(tiny_model_dir), load_model(tiny_model_dir)
+    prompt = PromptConfig(full_history=True, history_length=0,
+                          turn_template="Step {step}. Observation: {observation}\nAdmissible actions: {actions}")
+    torch.manual_seed(0)
+    with EnvPool(HouseholdEnvConfig(max_steps=4), EnvPoolConfig(workers=0)) as pool:
+        [trajectory] = collect(pool, HFSampler(model, tokenizer), tokenizer, ["train-3"], 1, prompt,
+                               SamplingConfig(temperature=1.0, max_new_tokens=8))
+    turns = [s.prompt.split(".")[0] for s in trajectory.steps[1:]]
+    assert len(turns) >= 2 and turns == [f"Step {k}" for k in range(1, len(trajectory.steps))]
 
 def test_the_next_turn_computes_only_what_the_kept_cache_has_not(tiny_model_dir):
     """After a reply that ended on its stop token, the next turn reads the prompt and the reply

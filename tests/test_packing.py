@@ -123,6 +123,11 @@ def test_a_sample_joins_a_row_only_when_sharing_pays_for_the_longer_attention(ti
     assert 5e-4 < cost.pair_cost < 5e-3
     assert micro_batches(samples, 10**6, pack=cost)[0].input_ids.shape == (2, 110)
     assert micro_batches(samples, 10**6, pack=Packing())[0].input_ids.shape == (1, 200)
+    # A config's own head size (Qwen3's and Gemma's differ from hidden / heads): wider heads, more
+    # attention work per pair against the weights.
+    wide = AutoConfig.from_pretrained(tiny_model_dir)
+    wide.head_dim = 2 * wide.hidden_size // wide.num_attention_heads
+    assert Packing.for_model(wide).pair_cost > 1.2 * cost.pair_cost
     # Sharing 10 tokens of 100 pays for no longer row at that cost: one row per sample.
     assert micro_batches(samples[1:], 10**6, pack=cost)[0].mask.shape == (2, 100)
     assert micro_batches(samples[1:], 10**6, pack=cost)[0].subtree_end is None
@@ -203,6 +208,10 @@ def test_a_samples_first_token_is_never_trained():
 
     batch = collate([TrainSample([5, 6, 7], [True, True, True]), TrainSample([5, 6], [False, True])])
     assert batch.mask.tolist() == [[False, True, True], [False, True, False]] and batch.n_tokens == 3
+    # Packed as a prefix tree too: the first token is its prefix, shared, never trained.
+    samples = [TrainSample([5, 6, 8], [False, True, True]), TrainSample([5, 6, 7], [True, True, True])]
+    [packed] = micro_batches(samples, 10**6, pack=Packing())
+    assert packed.input_ids.tolist() == [[5, 6, 8, 6, 7]] and packed.n_tokens == 4
 
 
 def test_a_field_some_samples_lack_is_refused_not_dropped():

@@ -1,3 +1,4 @@
+import json
 import random
 import re
 import string
@@ -161,3 +162,10 @@ def test_a_model_trained_with_other_prompt_settings_is_said_for_every_setting(tm
         else:
             other = value + " "
         assert prompt_differences(trained.model_copy(update={name: other}), tmp_path) == [name]
+    # A model folder without the record (one trained elsewhere) says nothing, and a record from
+    # before a setting existed is compared on the settings it holds.
+    assert prompt_differences(PromptConfig(full_history=True, history_length=0), tmp_path / "elsewhere") == []
+    record = json.loads((tmp_path / "agentrl_prompt.json").read_text())
+    del record["full_history"]
+    (tmp_path / "agentrl_prompt.json").write_text(json.dumps(record))
+    assert prompt_differences(PromptConfig(full_history=True, history_length=0), tmp_path) == ["history_length"]

@@ -130,6 +130,47 @@ def test_an_episode_aborted_at_reset_is_reported_finished(sampler, mode):
     assert [(t.aborted, len(t.steps) > 0) for t in trajectories] == [(True, False), (False, True), (False, True)]
     assert sum(ended) == 3
 
+
+def hall_episode():
+    from agentrl.envs.base import Observation
+    from agentrl.rollout.collect import Episode
+    from agentrl.rollout.types import Trajectory
+
+    return Episode(slot=0, trajectory=Trajectory(task_id="train-0", group_id=0, task_type="two_step"),
+                   observation=Observation("You are in the hall.", "reach the garden", ["go north"], "room:hall"))
+
+
+def test_a_step_records_an_action_only_with_the_reasoning_the_prompt_requires(sampler):
+    """`prompt.require_think`: a reply naming an admissible action without a reasoning block is
+    recorded as no action, with the invalid-action penalty, as the retries judge it; without the
+    requirement it is the action."""
+    from agentrl.rollout.collect import EpisodeRules
+    from agentrl.sampler.base import Generation
+
+    _, tokenizer = sampler
+    bare = tokenizer("<action>go north</action>", add_special_tokens=False).input_ids
+    for require_think, action in ((True, None), (False, "go north")):
+        prompt = PromptConfig(template=COMPACT, history_length=1, require_think=require_think)
+        rules, e, gen = EpisodeRules(tokenizer, prompt, "", max_steps=4), hall_episode(), Generation(bare, [-1.0] * len(bare))
+        rules.ask(e)
+        assert rules.playable(e, gen) == (action is not None)
+        assert rules.act(e, gen) == action == e.trajectory.steps[-1].action
+        assert e.trajectory.steps[-1].penalty == (prompt.invalid_penalty if action is None else 0.0)
+
+
+def test_only_a_full_history_episode_is_ended_by_the_context(sampler):
+    """A window's prompt does not grow with the episode: the context never ends a window's episode
+    (a prompt past it is the sampler's error, said), while a full-history episode whose next
+    prompt and reply would pass it ends there, marked."""
+    from agentrl.rollout.collect import EpisodeRules
+
+    _, tokenizer = sampler
+    for prompt, ended in ((PromptConfig(template=COMPACT, history_length=1), False),
+                          (PromptConfig(full_history=True, history_length=0), True)):
+        rules, e = EpisodeRules(tokenizer, prompt, "", max_steps=4, context=8, reply_tokens=4), hall_episode()
+        assert len(rules.ask(e)) > 8
+        assert rules.fits(e) is not ended and e.trajectory.context_ended is ended
+
 def test_each_retry_resamples_its_own_episodes_prompt(choice_model_dir):
     """Episodes in different states: every resample is asked with the prompt of the episode whose
     answer it replaces, and only those whose current answer names no admissible action."""
