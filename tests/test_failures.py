@@ -151,7 +151,7 @@ def test_ctrl_c_while_expert_data_is_played_in_worker_processes_is_one_line(tmp_
     one line); the workers leave quietly, no traceback of theirs, no process left."""
     recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run"), rl__env_pool__workers=2))
     proc = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "data", recipe, "--out", str(tmp_path / "d.jsonl"),
-                             "--episodes", "1000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             "--episodes", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     group: list[str] = []
@@ -159,7 +159,10 @@ def test_ctrl_c_while_expert_data_is_played_in_worker_processes_is_one_line(tmp_
         time.sleep(0.5)
         group = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
     assert len(group) >= 3, proc.communicate()  # the parent and its two workers
-    time.sleep(5)  # the workers are playing episodes
+    partial = tmp_path / "d.jsonl.tmp"
+    while not (partial.exists() and partial.stat().st_size) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+    time.sleep(2)  # past their start (a worker imports torch for seconds): playing episodes
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
