@@ -144,7 +144,6 @@ def test_debug_shows_the_traceback(tmp_path):
     assert done.returncode != 0 and "Traceback" in done.stderr and "YAML syntax error" in done.stderr
 
 
-
 def test_ctrl_c_while_expert_data_is_played_in_worker_processes_is_one_line(tmp_path):
     """`agentrl data` with worker processes (the recipe's environment pool has workers): Ctrl-C
     from a terminal reaches the whole process group, and only the parent answers it (exit 130,
@@ -175,6 +174,7 @@ def test_ctrl_c_while_expert_data_is_played_in_worker_processes_is_one_line(tmp_
     else:
         raise AssertionError("a worker process outlived the parent")
     assert not (tmp_path / "d.jsonl").exists()  # not complete: not under its final name
+
 
 @pytest.mark.parametrize("overlap, stop", [(None, "ctrl-c"), ({"staleness": 1}, "ctrl-c"), (None, "kill")],
                          ids=["in-process", "sampler-process", "sigterm"])

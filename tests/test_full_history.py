@@ -394,7 +394,6 @@ def test_a_prompt_past_the_models_positions_is_refused(tiny_model_dir):
         sampler.generate([[5] * 8, [5] * (limit - 3)], params)
 
 
-
 def test_a_turn_counts_the_steps_taken_before_it(tiny_model_dir):
     """`{step}` in `prompt.turn_template` is the number of steps taken, as in the first prompt's
     template: step k's turn (k >= 1) says k."""
@@ -407,6 +406,7 @@ def test_a_turn_counts_the_steps_taken_before_it(tiny_model_dir):
                                SamplingConfig(temperature=1.0, max_new_tokens=8))
     turns = [s.prompt.split(".")[0] for s in trajectory.steps[1:]]
     assert len(turns) >= 2 and turns == [f"Step {k}" for k in range(1, len(trajectory.steps))]
+
 
 def test_the_next_turn_computes_only_what_the_kept_cache_has_not(tiny_model_dir):
     """After a reply that ended on its stop token, the next turn reads the prompt and the reply

@@ -171,6 +171,7 @@ def test_only_a_full_history_episode_is_ended_by_the_context(sampler):
         assert len(rules.ask(e)) > 8
         assert rules.fits(e) is not ended and e.trajectory.context_ended is ended
 
+
 def test_each_retry_resamples_its_own_episodes_prompt(choice_model_dir):
     """Episodes in different states: every resample is asked with the prompt of the episode whose
     answer it replaces, and only those whose current answer names no admissible action."""

@@ -331,7 +331,6 @@ def test_an_unclipped_value_update_has_the_squared_errors_whole_gradient(tiny_mo
     assert metrics["grad_norm"] == pytest.approx(norm, rel=1e-5)
 
 
-
 def test_each_critic_mini_batch_steps_on_its_own_gradient(tiny_model_dir):
     """One prompt a mini-batch: each optimiser step's gradient is its own mini-batch's, none carried
     from the one before (a learning rate too small to move float32 weights keeps both gradients
@@ -349,6 +348,7 @@ def test_each_critic_mini_batch_steps_on_its_own_gradient(tiny_model_dir):
     critic = Critic(str(tiny_model_dir), config)
     metrics = critic.update(prompts, targets, [0.0, 0.0], 1, 100, random.Random(0))
     assert min(norms) > 0.1 and metrics["grad_norm"] == pytest.approx(sum(norms) / 2, rel=1e-5)
+
 
 def test_the_critics_own_settings_each_change_its_update(tiny_model_dir):
     """critic_grad_clip and critic_weight_decay act on the critic's optimiser step, and a value
