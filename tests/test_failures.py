@@ -17,6 +17,7 @@ from conftest import COMPACT
 
 from agentrl.cli import main
 from agentrl.config import Section
+from agentrl.envs.pool import ctrl_c_held
 from agentrl.errors import RunError
 
 GOOD = {"seed": 1, "run_dir": "RUN", "env": {"type": "household", "max_steps": 4},
@@ -144,36 +145,116 @@ def test_debug_shows_the_traceback(tmp_path):
     assert done.returncode != 0 and "Traceback" in done.stderr and "YAML syntax error" in done.stderr
 
 
-def test_ctrl_c_while_expert_data_is_played_in_worker_processes_is_one_line(tmp_path):
+def _spawned(group: int) -> list[int]:
+    """The processes of the process group that multiprocessing spawned (workers, the sampler process;
+    not its resource tracker)."""
+    listed = subprocess.run(["pgrep", "-a", "-g", str(group)], capture_output=True, text=True).stdout.splitlines()
+    return [int(line.split()[0]) for line in listed if "spawn_main" in line]
+
+
+def _ctrl_c_state(pid: int) -> tuple[bool, bool]:
+    """Whether the process ignores SIGINT, and whether it holds it back (its main thread's mask)."""
+    fields = dict(line.split(":\t") for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+    bit = 1 << (signal.SIGINT - 1)
+    return bool(int(fields["SigIgn"], 16) & bit), bool(int(fields["SigBlk"], 16) & bit)
+
+
+def _stop_group(proc) -> None:
+    """Leave no process of a test's process group behind, whatever the test found."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _left_in_group(group: int) -> list[str]:
+    """The group's processes still there after up to 10 s (a parent's orderly shutdown)."""
+    left = ["?"]
+    for _ in range(20):
+        left = subprocess.run(["pgrep", "-a", "-g", str(group)], capture_output=True, text=True).stdout.splitlines()
+        if not left:
+            break
+        time.sleep(0.5)
+    return left
+
+
+def test_ctrl_c_is_held_only_while_worker_processes_start():
+    """The hold covers the start, then gives back the thread's own mask (a hold already there stays)."""
+    def held() -> bool:
+        return signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+    assert not held()
+    with ctrl_c_held():
+        assert held()
+    assert not held()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        with ctrl_c_held():
+            pass
+        assert held()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@pytest.mark.parametrize("when", ["starting", "playing"])
+def test_ctrl_c_while_expert_data_is_played_in_worker_processes_is_one_line(tmp_path, when):
     """`agentrl data` with worker processes (the recipe's environment pool has workers): Ctrl-C
     from a terminal reaches the whole process group, and only the parent answers it (exit 130,
-    one line); the workers leave quietly, no traceback of theirs, no process left."""
+    one line); the workers leave quietly, no traceback of theirs, no process left: while they
+    are still starting (importing torch, for seconds) and while they play episodes, when each
+    ignores Ctrl-C and does not hold it back (its own children inherit both)."""
     recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run"), rl__env_pool__workers=2))
     proc = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "data", recipe, "--out", str(tmp_path / "d.jsonl"),
                              "--episodes", "100000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.time() + 120
-    group: list[str] = []
-    while len(group) < 3 and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.5)
-        group = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
-    assert len(group) >= 3, proc.communicate()  # the parent and its two workers
-    partial = tmp_path / "d.jsonl.tmp"
-    while not (partial.exists() and partial.stat().st_size) and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.5)
-    time.sleep(2)  # past their start (a worker imports torch for seconds): playing episodes
-    os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        deadline = time.time() + 120
+        while len(workers := _spawned(proc.pid)) < 2 and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert len(workers) == 2, proc.communicate()
+        if when == "playing":
+            partial = tmp_path / "d.jsonl.tmp"
+            while not (partial.exists() and partial.stat().st_size) and time.time() < deadline and proc.poll() is None:
+                time.sleep(0.5)
+            time.sleep(2)  # every worker past its start: playing episodes
+            assert [_ctrl_c_state(pid) for pid in workers] == [(True, False)] * 2
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        left = _left_in_group(proc.pid)
+    finally:
+        _stop_group(proc)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert err.strip().endswith("rerun the same command to continue")
-    for _ in range(20):
-        if not subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split():
-            break
-        time.sleep(0.5)
-    else:
-        raise AssertionError("a worker process outlived the parent")
+    assert left == [], "a worker process outlived the parent"
     assert not (tmp_path / "d.jsonl").exists()  # not complete: not under its final name
+
+
+@pytest.mark.parametrize("overlap", [None, {"staleness": 1}], ids=["environment-workers", "sampler-process"])
+def test_ctrl_c_while_rl_starts_its_processes_is_one_line(tmp_path, tiny_model_dir, overlap):
+    """Ctrl-C from a terminal as RL's first spawned process appears (an environment worker; with
+    rl.overlap, the sampler process), while it still imports: exit 130 with the parent's one line,
+    no traceback of the child's, no process left."""
+    recipe = write(tmp_path / "recipe.yaml", with_(run_dir=str(tmp_path / "run"), rl__steps=100_000,
+                                                  rl__env_pool__workers=2, rl__overlap=overlap))
+    proc = subprocess.Popen([sys.executable, "-m", "agentrl.cli", "train", recipe, "--model", str(tiny_model_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.time() + 120
+        while not _spawned(proc.pid) and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert _spawned(proc.pid), proc.communicate()
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        left = _left_in_group(proc.pid)
+    finally:
+        _stop_group(proc)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.strip().splitlines()[-1].startswith("interrupted at ")
+    assert left == []
 
 
 @pytest.mark.parametrize("overlap, stop", [(None, "ctrl-c"), ({"staleness": 1}, "ctrl-c"), (None, "kill")],
@@ -197,6 +278,9 @@ def test_ctrl_c_or_kill_stops_with_one_line_and_no_worker_left(tmp_path, tiny_mo
     assert proc.poll() is None, proc.communicate()
     children = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
     assert len(children) >= 3  # the trainer and its two environment workers
+    spawned = _spawned(proc.pid)  # the workers, and with rl.overlap the sampler process and its own workers
+    assert len(spawned) == (2 if overlap is None else 3)
+    assert [_ctrl_c_state(pid) for pid in spawned] == [(True, False)] * len(spawned)
     if stop == "kill":
         os.kill(proc.pid, signal.SIGTERM)
     else:
@@ -207,13 +291,7 @@ def test_ctrl_c_or_kill_stops_with_one_line_and_no_worker_left(tmp_path, tiny_mo
     word = "terminated" if stop == "kill" else "interrupted"
     assert err.strip().splitlines()[-1].startswith(f"{word} at RL step ")
     assert err.strip().endswith("rerun the same command to continue")
-    left = ["?"]
-    for _ in range(20):
-        left = subprocess.run(["pgrep", "-a", "-g", str(proc.pid)], capture_output=True, text=True).stdout.splitlines()
-        if not left:
-            break
-        time.sleep(0.5)
-    assert left == []
+    assert _left_in_group(proc.pid) == []
 
 
 # --- runs that cannot go on stop with the cause ---------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import random
-import signal
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -13,7 +12,7 @@ from pathlib import Path
 
 from agentrl.config import ConfigError
 from agentrl.envs.base import NoExpertMove, sample_tasks
-from agentrl.envs.pool import MAIN_GUARD_HINT
+from agentrl.envs.pool import MAIN_GUARD_HINT, ctrl_c_held, ignore_ctrl_c
 from agentrl.errors import RunError
 from agentrl.packing import TrainSample
 from agentrl.progress import task
@@ -89,7 +88,9 @@ def expert_episodes(env, tasks: list[str], prompt, detours: float = 0.0, rng: ra
         return
     pool = ProcessPoolExecutor(workers, mp.get_context("spawn"), _start_worker, (env_config, prompt, keep_failed))
     try:
-        yield from pool.map(_worker_episode, tasks)
+        with ctrl_c_held():  # the workers start on the submits, all made here
+            episodes = pool.map(_worker_episode, tasks)
+        yield from episodes
     except BrokenProcessPool:
         raise RunError(f"an expert-data worker process died; {MAIN_GUARD_HINT}") from None
     finally:
@@ -104,7 +105,7 @@ def _start_worker(env_config, prompt, keep_failed: bool) -> None:
 
     from agentrl.envs import make_env
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent stops the pool
+    ignore_ctrl_c()  # the parent stops the pool
     env = make_env(env_config)
     atexit.register(env.close)
     _worker.update(env=env, prompt=prompt, keep_failed=keep_failed)

@@ -30,6 +30,8 @@ import signal
 import time
 import traceback
 from collections import deque
+from contextlib import contextmanager
+from multiprocessing import resource_tracker
 
 from agentrl.config import ConfigError, EnvPoolConfig
 from agentrl.envs import make_env
@@ -43,6 +45,27 @@ TIME_LIMITS = {"reset": "reset_timeout_s", "step": "step_timeout_s", "try": "ste
 MAIN_GUARD_HINT = ("environment workers are spawned processes that import the main script again: a script that "
                    "trains must do so under `if __name__ == \"__main__\":`; the worker's own error, if any, is "
                    "printed above")
+
+
+@contextmanager
+def ctrl_c_held():
+    """Ctrl-C (SIGINT) held back in this thread while it starts worker processes. They inherit the
+    hold, so a Ctrl-C pressed while they import (seconds, before `ignore_ctrl_c`) is not theirs to
+    answer with a traceback; this process gets it when the hold ends."""
+    resource_tracker.ensure_running()  # first: its own start lifts any hold on Ctrl-C (CPython's)
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def ignore_ctrl_c() -> None:
+    """In a worker process: Ctrl-C reaches the whole process group and the parent shuts its workers
+    down in order, so the worker ignores it: one held since its start is dropped, and its own
+    children (a JVM, an inference engine) inherit the ignoring, not the hold."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 class WorkerEnvError(RuntimeError):
@@ -92,8 +115,7 @@ def expert_move(env) -> tuple[str, str] | None:
 
 
 def _serve(conn, env_config) -> None:
-    # Ctrl-C reaches the whole process group; the parent shuts the workers down in order.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_ctrl_c()
     server = EnvServer(env_config)
     try:
         while (message := conn.recv())[0] != "close":
@@ -118,7 +140,8 @@ class ProcessWorkers:
     def start(self, worker: int) -> None:
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(target=_serve, args=(child, self.config), daemon=True)
-        proc.start()
+        with ctrl_c_held():
+            proc.start()
         child.close()
         self.conns[worker], self.procs[worker] = parent, proc
 

@@ -30,6 +30,7 @@ from collections import deque
 import torch
 
 from agentrl import raycluster
+from agentrl.envs.pool import ctrl_c_held, ignore_ctrl_c
 from agentrl.errors import RunError
 
 POLL_S = 1.0
@@ -188,7 +189,8 @@ class ProcessLink:
         self.process = context.Process(
             target=serve, name="agentrl-sampler",
             args=(config.model_dump(mode="json"), model_path, threads, self.requests, self.results, os.getpid()))
-        self.process.start()
+        with ctrl_c_held():
+            self.process.start()
 
     def send(self, message: tuple) -> None:
         self.requests.put(message)
@@ -216,7 +218,7 @@ class ProcessLink:
 def serve(config_data: dict, model_path: str, threads: int, requests, results, parent: int) -> None:
     """The sampler process: a `SamplerSide` answering the requests in order. Ctrl-C is the
     trainer's to handle (it stops this process); it leaves by itself when the trainer is gone."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_ctrl_c()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # the pool's workers closed on the way out
     # Leaving never waits to deliver answers no one will read (a step played ahead and never taken:
     # the queue's feeder thread would hold the exit, and the trainer's exit waits for this process).
