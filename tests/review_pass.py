@@ -1,9 +1,8 @@
-"""Reviewer's pass 39 (issue 45): single breakages written apart from the suite, each with the
+"""Reviewer's pass 40 (issue 45): single breakages written apart from the suite, each with the
 verdict predicted before the run, on lines no table mutant touches of the features the issue
-names: the rollout's rules of an episode (lock-step's progress, the action a step records, which
-episodes the context ends, the conversation a DAgger label is asked in, async batching); replies'
-reasoning tags, the window's history lines, full history's stop tokens and turn fields, the
-prompt record beside a model; prefix trees' boundaries and their cost model. Run on a clone:
+names: the statistics a comparison over seeds reports (the bootstrap and t intervals at two seeds,
+the learning curves' band, the seeds a difference needs) and evaluation (what a split's success
+counts, its rates, its batches, its stage, its abort message, its per-split records). Run on a clone:
     PYTEST_ADDOPTS="-n 2" .venv/bin/python tests/review_pass.py --root ../pass
 """
 
@@ -14,56 +13,53 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutants import MUTANTS, Mutant, run  # noqa: E402
 
-COLLECT = "src/agentrl/rollout/collect.py"
-PROMPTING = "src/agentrl/prompting.py"
-PACKING = "src/agentrl/packing.py"
-COLLECT_TESTS = ["test_rollout_modes.py", "test_scienceworld.py", "test_full_history.py", "test_prompting.py",
-                 "test_dagger.py"]
-PROMPTING_TESTS = ["test_prompting.py", "test_full_history.py", "test_advantages.py"]
-PACKING_TESTS = ["test_packing.py"]
+STATS = "src/agentrl/stats.py"
+EVALUATE = "src/agentrl/evaluate.py"
+STATS_TESTS = ["test_compare.py"]
+EVALUATE_TESTS = ["test_evaluate.py", "test_cli.py", "test_failures.py", "test_compare.py"]
 
 # (mutant, predicted verdict)
 PASS = [
-    (Mutant("rollout: lock-step's progress told every active episode ended each turn", COLLECT,
-            "        finished(len(active) - len(still))\n", "        finished(len(active))\n", COLLECT_TESTS),
-     "survived"),
-    (Mutant("rollout: a step's action recorded without the reasoning prompt.require_think asks for", COLLECT,
-            "        action = parse_action(response, self.prompt.require_think)\n        e.trajectory.steps.append(",
-            "        action = parse_action(response, False)\n        e.trajectory.steps.append(", COLLECT_TESTS),
-     "survived"),
-    (Mutant("rollout: a window's episode ended by the context as full history's are", COLLECT,
-            "if self.turns is None or self.context is None:", "if self.context is None:", COLLECT_TESTS), "survived"),
-    (Mutant("full history: a turn's {step} counted from 2", COLLECT,
-            "render_prompt(self.prompt.turn_template, e.observation, [], len(steps), 0)",
-            "render_prompt(self.prompt.turn_template, e.observation, [], len(steps) + 1, 0)", COLLECT_TESTS),
-     "survived"),
-    (Mutant("rollout: a window's label asked with the episode's earlier turns", COLLECT,
-            "earlier = e.trajectory.steps if self.turns is not None else []", "earlier = e.trajectory.steps",
-            COLLECT_TESTS), "survived"),
-    (Mutant("async rollout: the batch window restarted at every answer, not at the first ready", COLLECT,
-            "max(0.0, first_ready + batch_window_s - time.perf_counter())", "batch_window_s", COLLECT_TESTS),
-     "survived"),
-    (Mutant("parsing: RLVMR's meta tags not taken as the reasoning", PROMPTING,
-            "    if require_think and reasoning_tag(response) is None:\n",
-            '    if require_think and "<think>" not in lower:\n', PROMPTING_TESTS), "killed"),
-    (Mutant("window: a history entry's action before its observation", PROMPTING,
-            'lines = [f"Observation: {h.observation}\\nAction: {h.action}" for h in recent]',
-            'lines = [f"Action: {h.action}\\nObservation: {h.observation}" for h in recent]', PROMPTING_TESTS),
+    (Mutant("stats: two seeds' bootstrap interval a point", STATS,
+            "    if len(values) < 2:\n        return float(values.mean()), float(values.mean())",
+            "    if len(values) < 3:\n        return float(values.mean()), float(values.mean())", STATS_TESTS), "killed"),
+    (Mutant("stats: two seeds' t-interval a point", STATS,
+            "    if len(values) < 2 or values.std() == 0:\n        return mean, mean",
+            "    if len(values) < 3 or values.std() == 0:\n        return mean, mean", STATS_TESTS), "killed"),
+    (Mutant("stats: the curves' band resampled over steps, not seeds", STATS,
+            "stats.bootstrap((curves,), np.mean, axis=0,", "stats.bootstrap((curves,), np.mean, axis=1,", STATS_TESTS),
      "killed"),
-    (Mutant("parsing: an empty action tag read as an action", PROMPTING,
-            "    return action or None\n", "    return action\n", PROMPTING_TESTS), "survived"),
-    (Mutant("full history: only the end-of-sequence token taken as a reply's stop", PROMPTING,
-            "self.special = set(tokenizer.all_special_ids)", "self.special = {tokenizer.eos_token_id}",
-            PROMPTING_TESTS), "survived"),
-    (Mutant("prompt record: a model folder without one read anyway", PROMPTING,
-            "    if not path.is_file():\n        return []\n    trained = json.loads(",
-            "    trained = json.loads(", PROMPTING_TESTS), "killed"),
-    (Mutant("prefix trees: a sample's first token may be trained (no prefix)", PACKING,
-            "    for t in range(1, len(sample.ids)):\n        if sample.mask[t]:",
-            "    for t in range(len(sample.ids)):\n        if sample.mask[t]:", PACKING_TESTS), "survived"),
-    (Mutant("prefix trees: the cost model's head size from the hidden size alone", PACKING,
-            'head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads',
-            "head_dim = config.hidden_size // heads", PACKING_TESTS), "survived"),
+    (Mutant("stats: the curves' band unseeded", STATS,
+            "                             method=\"percentile\", rng=np.random.default_rng(seed))\n    return result.confidence_interval.low, result",
+            "                             method=\"percentile\", rng=None)\n    return result.confidence_interval.low, result",
+            STATS_TESTS), "killed"),
+    (Mutant("stats: the curves' band at 50% whatever the confidence asked", STATS,
+            "axis=0, confidence_level=confidence, n_resamples=2000", "axis=0, confidence_level=0.5, n_resamples=2000",
+            STATS_TESTS), "survived"),
+    (Mutant("stats: seeds to detect a difference sized without any spread measured", STATS,
+            "    if parts.total_sd == 0 or difference <= 0:\n", "    if difference <= 0:\n", STATS_TESTS), "killed"),
+    (Mutant("stats: P(X > Y)'s interval resamples X against itself", STATS,
+            "    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)\n    if len(x) < 2:",
+            "    x, y = np.asarray(x, dtype=float), np.asarray(x, dtype=float)\n    if len(x) < 2:", STATS_TESTS),
+     "killed"),
+    (Mutant("eval: aborted episodes counted as failures in the success rate", EVALUATE,
+            '"success": wins / max(n, 1)', '"success": wins / max(n + aborted, 1)', EVALUATE_TESTS), "survived"),
+    (Mutant("eval: the invalid-action rate per episode, not per step", EVALUATE,
+            '"invalid_rate": sum(not s.valid for s in steps) / max(len(steps), 1)',
+            '"invalid_rate": sum(not s.valid for s in steps) / max(n, 1)', EVALUATE_TESTS), "survived"),
+    (Mutant("eval: the aborted episodes not counted", EVALUATE,
+            "    aborted = sum(t.aborted for t in trajectories)\n", "    aborted = 0\n", EVALUATE_TESTS), "killed"),
+    (Mutant("eval: each batch one task longer (batches overlap)", EVALUATE,
+            "tasks[start:start + size], 1, prompt", "tasks[start:start + size + 1], 1, prompt", EVALUATE_TESTS),
+     "killed"),
+    (Mutant("eval: a split's stage not named (Ctrl-C says the one before)", EVALUATE,
+            '        set_stage(f"evaluation {split}")\n', "", EVALUATE_TESTS), "survived"),
+    (Mutant("eval: the abort message's episodes counted without the aborted ones", EVALUATE,
+            'f"evaluation on {split}: {aborted} of {finished + aborted} episodes',
+            'f"evaluation on {split}: {aborted} of {finished} episodes', EVALUATE_TESTS), "killed"),
+    (Mutant("eval: only the first split's record removed once results.json is written", EVALUATE,
+            "for split in eval_cfg.splits:  # the whole evaluation's record", "for split in eval_cfg.splits[:1]:  # the whole evaluation's record",
+            EVALUATE_TESTS), "survived"),
 ]
 
 
