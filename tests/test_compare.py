@@ -49,6 +49,14 @@ def test_intervals_are_the_same_on_every_call_and_the_band_holds_the_mean():
     assert np.array_equal(one[0], curves[0]) and np.array_equal(one[1], curves[0])
 
 
+def test_the_band_is_as_wide_as_its_confidence_asks():
+    """Each step's edges are the bootstrap percentiles at the confidence asked: the 95% band holds
+    the 50% one strictly wherever the seeds differ."""
+    curves = np.array([[0.0, 0.2], [0.1, 0.4], [0.3, 0.3], [0.5, 0.9], [0.2, 0.6]])
+    wide, narrow = stats.band(curves), stats.band(curves, confidence=0.5)
+    assert np.all(wide[0] < narrow[0]) and np.all(narrow[1] < wide[1])
+
+
 def test_iqm_is_the_mean_of_the_middle_half():
     assert stats.iqm([0, 1, 2, 3, 4, 5, 6, 100]) == pytest.approx(3.5)  # 2, 3, 4, 5
     assert stats.iqm([9, 1, 5, 3]) == pytest.approx(4.0)  # 3, 5
