@@ -49,12 +49,17 @@ def test_intervals_are_the_same_on_every_call_and_the_band_holds_the_mean():
     assert np.array_equal(one[0], curves[0]) and np.array_equal(one[1], curves[0])
 
 
-def test_the_band_is_as_wide_as_its_confidence_asks():
-    """Each step's edges are the bootstrap percentiles at the confidence asked: the 95% band holds
-    the 50% one strictly wherever the seeds differ."""
-    curves = np.array([[0.0, 0.2], [0.1, 0.4], [0.3, 0.3], [0.5, 0.9], [0.2, 0.6]])
+def test_the_band_is_per_step_over_seeds_seeded_and_as_wide_as_its_confidence_asks():
+    """Each step's edges are the seeded bootstrap percentiles over the seeds at the confidence
+    asked: a pair of edges per step, the same on every call, the 95% band holding the 50% one
+    strictly (8 seeds of 2 steps: too many resamples for the percentiles to repeat by chance)."""
+    curves = np.random.default_rng(3).uniform(size=(8, 2))
     wide, narrow = stats.band(curves), stats.band(curves, confidence=0.5)
+    assert wide[0].shape == wide[1].shape == (2,)
     assert np.all(wide[0] < narrow[0]) and np.all(narrow[1] < wide[1])
+    assert np.all(narrow[0] < curves.mean(axis=0)) and np.all(curves.mean(axis=0) < narrow[1])
+    again = stats.band(curves)
+    assert np.array_equal(again[0], wide[0]) and np.array_equal(again[1], wide[1])
 
 
 def test_iqm_is_the_mean_of_the_middle_half():
@@ -98,6 +103,8 @@ def test_t_interval_by_hand_and_wider_than_the_bootstrap_at_five_seeds():
     assert stats.t_pvalue(diffs) == pytest.approx(scipy_stats.ttest_1samp(diffs, 0).pvalue)
     assert 0.05 < stats.t_pvalue(diffs) < 0.06  # the bootstrap excludes 0, the t-test does not
     assert stats.t_interval([0.03] * 5) == (0.03, 0.03) and stats.t_pvalue([0.03] * 5) is None
+    # Two seeds, the fewest with a spread: t_.975,1 = 12.706, sd 0.28284: half 12.706 x 0.28284 / sqrt(2).
+    assert stats.t_interval([0.2, 0.6]) == pytest.approx((0.4 - 2.54124, 0.4 + 2.54124), abs=1e-4)
 
 
 # --- pairing ---------------------------------------------------------------------------------------
