@@ -521,7 +521,7 @@ MUTANTS = [
            "return (examples if result.success or detoured or keep_failed else [])",
            "return (examples if result.success or detoured else [])", TESTBED),
     Mutant("sft data: worker processes play the tasks in reverse order", "src/agentrl/data.py",
-           "yield from pool.map(_worker_episode, tasks)", "yield from pool.map(_worker_episode, tasks[::-1])",
+           "episodes = pool.map(_worker_episode, tasks)", "episodes = pool.map(_worker_episode, tasks[::-1])",
            ["test_sft.py"]),
     Mutant("alfworld: the memoised engine shares one variables dict between derivations",
            "src/agentrl/envs/alfworld/speedups.py", '"variables": dict(context["variables"])',
@@ -3335,6 +3335,18 @@ MUTANTS = [
            '        with ctrl_c_held():\n            self.process.start()\n', '        self.process.start()\n', ['test_failures.py::test_ctrl_c_while_rl_starts_its_processes_is_one_line']),
     Mutant("Ctrl-C in the sampler process: never ignored (held back since its start, for ever)", 'src/agentrl/rollout/ahead.py',
            '    ignore_ctrl_c()\n    signal.signal(signal.SIGTERM', '    signal.signal(signal.SIGTERM', ['test_failures.py::test_ctrl_c_or_kill_stops_with_one_line_and_no_worker_left']),
+    Mutant("stats: two seeds' t-interval a point", 'src/agentrl/stats.py',
+           '    if len(values) < 2 or values.std() == 0:\n        return mean, mean',
+           '    if len(values) < 3 or values.std() == 0:\n        return mean, mean', ['test_compare.py::test_t_interval_by_hand_and_wider_than_the_bootstrap_at_five_seeds']),
+    Mutant("stats: the curves' band resampled over steps, not seeds", 'src/agentrl/stats.py',
+           'stats.bootstrap((curves,), np.mean, axis=0,',
+           'stats.bootstrap((curves,), np.mean, axis=1,', ['test_compare.py::test_the_band_is_per_step_over_seeds_seeded_and_as_wide_as_its_confidence_asks']),
+    Mutant("stats: the curves' band unseeded", 'src/agentrl/stats.py',
+           '                             method="percentile", rng=np.random.default_rng(seed))\n    return result.confidence_interval.low, result',
+           '                             method="percentile", rng=None)\n    return result.confidence_interval.low, result', ['test_compare.py::test_the_band_is_per_step_over_seeds_seeded_and_as_wide_as_its_confidence_asks']),
+    Mutant("stats: the curves' band at 50% whatever the confidence asked", 'src/agentrl/stats.py',
+           'axis=0, confidence_level=confidence, n_resamples=2000',
+           'axis=0, confidence_level=0.5, n_resamples=2000', ['test_compare.py::test_the_band_is_per_step_over_seeds_seeded_and_as_wide_as_its_confidence_asks']),
 ]
 
 
