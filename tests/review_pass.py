@@ -1,8 +1,8 @@
-"""Reviewer's pass 40 (issue 45): single breakages written apart from the suite, each with the
+"""Reviewer's pass 41 (issue 45): single breakages written apart from the suite, each with the
 verdict predicted before the run, on lines no table mutant touches of the features the issue
-names: the statistics a comparison over seeds reports (the bootstrap and t intervals at two seeds,
-the learning curves' band, the seeds a difference needs) and evaluation (what a split's success
-counts, its rates, its batches, its stage, its abort message, its per-split records). Run on a clone:
+names: `agentrl compare` (a method's summary over seeds, the paired differences and their sizing,
+which pairs are reported, the Markdown's cells, the learning curves' plot, reading `--runs` and
+training `--method`s). Run on a clone:
     PYTEST_ADDOPTS="-n 2" .venv/bin/python tests/review_pass.py --root ../pass
 """
 
@@ -13,53 +13,51 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutants import MUTANTS, Mutant, run  # noqa: E402
 
-STATS = "src/agentrl/stats.py"
-EVALUATE = "src/agentrl/evaluate.py"
-STATS_TESTS = ["test_compare.py"]
-EVALUATE_TESTS = ["test_evaluate.py", "test_cli.py", "test_failures.py", "test_compare.py"]
+COMPARE = "src/agentrl/compare.py"
+COMPARE_TESTS = ["test_compare.py", "test_cli.py"]
 
 # (mutant, predicted verdict)
 PASS = [
-    (Mutant("stats: two seeds' bootstrap interval a point", STATS,
-            "    if len(values) < 2:\n        return float(values.mean()), float(values.mean())",
-            "    if len(values) < 3:\n        return float(values.mean()), float(values.mean())", STATS_TESTS), "killed"),
-    (Mutant("stats: two seeds' t-interval a point", STATS,
-            "    if len(values) < 2 or values.std() == 0:\n        return mean, mean",
-            "    if len(values) < 3 or values.std() == 0:\n        return mean, mean", STATS_TESTS), "killed"),
-    (Mutant("stats: the curves' band resampled over steps, not seeds", STATS,
-            "stats.bootstrap((curves,), np.mean, axis=0,", "stats.bootstrap((curves,), np.mean, axis=1,", STATS_TESTS),
+    (Mutant("compare: a method's evaluation spread from its first seed only", COMPARE,
+            "parts = stats.components(rates, [list(r.outcomes[split].values()) for r in runs])",
+            "parts = stats.components(rates, [list(r.outcomes[split].values()) for r in runs[:1]])", COMPARE_TESTS),
      "killed"),
-    (Mutant("stats: the curves' band unseeded", STATS,
-            "                             method=\"percentile\", rng=np.random.default_rng(seed))\n    return result.confidence_interval.low, result",
-            "                             method=\"percentile\", rng=None)\n    return result.confidence_interval.low, result",
-            STATS_TESTS), "killed"),
-    (Mutant("stats: the curves' band at 50% whatever the confidence asked", STATS,
-            "axis=0, confidence_level=confidence, n_resamples=2000", "axis=0, confidence_level=0.5, n_resamples=2000",
-            STATS_TESTS), "survived"),
-    (Mutant("stats: seeds to detect a difference sized without any spread measured", STATS,
-            "    if parts.total_sd == 0 or difference <= 0:\n", "    if difference <= 0:\n", STATS_TESTS), "killed"),
-    (Mutant("stats: P(X > Y)'s interval resamples X against itself", STATS,
-            "    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)\n    if len(x) < 2:",
-            "    x, y = np.asarray(x, dtype=float), np.asarray(x, dtype=float)\n    if len(x) < 2:", STATS_TESTS),
-     "killed"),
-    (Mutant("eval: aborted episodes counted as failures in the success rate", EVALUATE,
-            '"success": wins / max(n, 1)', '"success": wins / max(n + aborted, 1)', EVALUATE_TESTS), "survived"),
-    (Mutant("eval: the invalid-action rate per episode, not per step", EVALUATE,
-            '"invalid_rate": sum(not s.valid for s in steps) / max(len(steps), 1)',
-            '"invalid_rate": sum(not s.valid for s in steps) / max(n, 1)', EVALUATE_TESTS), "survived"),
-    (Mutant("eval: the aborted episodes not counted", EVALUATE,
-            "    aborted = sum(t.aborted for t in trajectories)\n", "    aborted = 0\n", EVALUATE_TESTS), "killed"),
-    (Mutant("eval: each batch one task longer (batches overlap)", EVALUATE,
-            "tasks[start:start + size], 1, prompt", "tasks[start:start + size + 1], 1, prompt", EVALUATE_TESTS),
-     "killed"),
-    (Mutant("eval: a split's stage not named (Ctrl-C says the one before)", EVALUATE,
-            '        set_stage(f"evaluation {split}")\n', "", EVALUATE_TESTS), "survived"),
-    (Mutant("eval: the abort message's episodes counted without the aborted ones", EVALUATE,
-            'f"evaluation on {split}: {aborted} of {finished + aborted} episodes',
-            'f"evaluation on {split}: {aborted} of {finished} episodes', EVALUATE_TESTS), "killed"),
-    (Mutant("eval: only the first split's record removed once results.json is written", EVALUATE,
-            "for split in eval_cfg.splits:  # the whole evaluation's record", "for split in eval_cfg.splits[:1]:  # the whole evaluation's record",
-            EVALUATE_TESTS), "survived"),
+    (Mutant("compare: a method's per-seed rates sorted, not in its seeds' order", COMPARE,
+            '"per_seed": rates, **_parts(parts)}', '"per_seed": sorted(rates), **_parts(parts)}', COMPARE_TESTS),
+     "survived"),
+    (Mutant("compare: a method's judge accuracy from its first seed only", COMPARE,
+            'judged = [r.extras[split]["judge_accuracy"] for r in runs if',
+            'judged = [r.extras[split]["judge_accuracy"] for r in runs[:1] if', COMPARE_TESTS), "killed"),
+    (Mutant("compare: two methods without a common seed paired anyway", COMPARE,
+            "    if not pairs:\n        return out\n", "", COMPARE_TESTS), "survived"),
+    (Mutant("compare: two runs without a common evaluation task paired anyway", COMPARE,
+            "            if not tasks:\n                raise ConfigError(", "            if False:\n                raise ConfigError(",
+            COMPARE_TESTS), "survived"),
+    (Mutant("compare: the paired t-test's p taken on A's rates, not the differences", COMPARE,
+            '"t_p": stats.t_pvalue(diffs),', '"t_p": stats.t_pvalue(xs),', COMPARE_TESTS), "killed"),
+    (Mutant("compare: the MDD sized for one seed more than the pair has", COMPARE,
+            '"mdd": sized(stats.detectable_difference(parts, len(diffs))),',
+            '"mdd": sized(stats.detectable_difference(parts, len(diffs) + 1)),', COMPARE_TESTS), "killed"),
+    (Mutant("compare: every pair reported in both orders", COMPARE,
+            "for a, b in itertools.combinations(methods, 2)}}", "for a, b in itertools.permutations(methods, 2)}}",
+            COMPARE_TESTS), "survived"),
+    (Mutant("compare: a zero in the report shown as a dash", COMPARE,
+            'return "-" if value is None else "inf"', 'return "-" if not value else "inf"', COMPARE_TESTS), "survived"),
+    (Mutant("compare: a curve of one logged point kept for the plot", COMPARE,
+            "if any(sum(k in row for row in r.metrics) > 1 for runs", "if any(sum(k in row for row in r.metrics) > 0 for runs",
+            COMPARE_TESTS), "survived"),
+    (Mutant("compare: the curves over steps some seeds did not log", COMPARE,
+            "steps = sorted(set.intersection(*(set(s) for s in series)))",
+            "steps = sorted(set.union(*(set(s) for s in series)))", COMPARE_TESTS), "survived"),
+    (Mutant("compare: no learning curves written", COMPARE,
+            '    plot_curves(methods, out / "curves.png")\n', "", COMPARE_TESTS), "killed"),
+    (Mutant("compare: a --runs phase that is none of the pipeline's passed on", COMPARE,
+            "            if phase and phase not in PHASES:\n", "            if False:\n", COMPARE_TESTS), "survived"),
+    (Mutant("compare: a --method name holding a slash accepted (a nested folder)", COMPARE,
+            'if not sep or not name or "/" in name:', "if not sep or not name:", COMPARE_TESTS), "survived"),
+    (Mutant("compare: a --method run whose settings changed continues over the old run's outputs", COMPARE,
+            "                shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)\n",
+            "                pass\n", COMPARE_TESTS), "survived"),
 ]
 
 
