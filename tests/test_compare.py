@@ -12,7 +12,7 @@ from scipy import stats as scipy_stats
 
 from agentrl import stats
 from agentrl.cli import main
-from agentrl.compare import Run, markdown, paired, read_run, summarize, write_report
+from agentrl.compare import Run, markdown, paired, plot_curves, read_run, summarize, train_methods, write_report
 from agentrl.config import ConfigError
 from agentrl.rollout.records import read_trajectories
 
@@ -246,6 +246,42 @@ def test_a_tied_seed_is_counted_as_tied_not_as_a_win():
     assert (pair["seeds_a_better"], pair["seeds_tied"]) == (1, 1)
     assert _row(markdown(summarize({"a": a, "b": b})), "a - b")[6] == "1/3"
     assert _row(markdown(summarize({"b": b, "a": a})), "b - a")[6] == "1/3"
+
+
+def test_methods_without_a_common_seed_are_not_paired():
+    a, b = _runs({1: 0.2, 2: 0.8}), _runs({3: 0.5})
+    assert paired(a, b, ["l0"]) == {"seeds": []}
+    assert not [row for row in markdown(summarize({"a": a, "b": b})).splitlines() if row.startswith("| a - b |")]
+
+
+def test_runs_without_a_common_evaluation_task_are_refused():
+    a = [Run(Path("a"), 1, {"l0": {"x": 1.0}})]
+    b = [Run(Path("b"), 1, {"l0": {"y": 0.0}})]
+    with pytest.raises(ConfigError, match="a and b: no evaluation task of l0 in common"):
+        paired(a, b, ["l0"])
+
+
+def test_each_pair_of_methods_is_reported_once_in_the_order_given():
+    luck = {1: 0.2, 2: 0.8}
+    summary = summarize({"a": _runs(luck, bonus=1), "b": _runs(luck), "c": _runs(luck, bonus=2)})
+    assert list(summary["pairs"]) == ["a - b", "a - c", "b - c"]
+
+
+def test_a_zero_difference_is_reported_as_0_not_as_a_dash():
+    luck = {1: 0.2, 2: 0.8}
+    assert _row(markdown(summarize({"a": _runs(luck), "b": _runs(luck)})), "a - b")[3].startswith("0.0 [0.0, 0.0]")
+
+
+def test_the_curves_plot_the_steps_every_seed_logged_and_only_curves_of_two_points(tmp_path):
+    pytest.importorskip("matplotlib")
+
+    def run(seed, steps):
+        return Run(Path(f"seed{seed}"), seed, {}, metrics=[{"step": s, "rollout/success": 0.1 * s} for s in steps])
+
+    path = tmp_path / "curves.png"
+    assert plot_curves({"a": [run(1, [1, 2, 3]), run(2, [1, 2])]}, path) == path and path.stat().st_size > 0
+    once = tmp_path / "once.png"  # one logged point per seed: no curve, so no plot
+    assert plot_curves({"a": [run(1, [1]), run(2, [1])]}, once) is None and not once.exists()
 
 
 def test_p_improvement_resamples_seeds_in_pairs():
@@ -516,6 +552,8 @@ def test_compare_input_errors_exit_2(tmp_path, capsys):
     assert "phase 'final'" in capsys.readouterr().err
     assert main(["compare"]) == 2
     assert "--method" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="--method 'a/b:rl.lr=1': expected name:override"):  # not a nested folder
+        train_methods(str(tmp_path / "recipe.yaml"), str(tmp_path), ["a/b:rl.lr=1"], [1], tmp_path / "o", [], [])
 
 
 def test_a_pipeline_folder_is_read_by_phase(tmp_path):
